@@ -1,0 +1,1 @@
+"""Parsers from real fabric tool output to contract events, and the publisher."""

@@ -1,0 +1,1 @@
+"""The fabricwatch CLI, settings, local stack launcher, demo and report."""

@@ -1,0 +1,104 @@
+"""One frozen settings tree for every fabricwatch process, built at the entry point and passed down.
+
+Environment variables use the prefix ``FABRICWATCH_``; nested fields use ``__``
+(``FABRICWATCH_KAFKA__PORT=29092``). A few common ones have flat aliases documented in the README:
+``FABRICWATCH_STATE_DIR`` and ``FABRICWATCH_CLICKHOUSE_URL``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class KafkaSettings(_Frozen):
+    """The Kafka broker. The local stack runs it on ``host:port`` (controller on ``controller_port``)."""
+
+    host: str = "127.0.0.1"
+    port: int = 19092
+    controller_port: int = 19093
+    # Heap for a 2-core, 24 GiB machine: the broker is I/O bound and small here.
+    heap: str = "-Xms512m -Xmx1g"
+    # Partition counts per contract topic; keys are topic names, unlisted topics use the registry default.
+    partitions: dict[str, int] = Field(default_factory=dict)
+    bootstrap: str | None = None  # an external cluster; overrides host:port
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return self.bootstrap or f"{self.host}:{self.port}"
+
+
+class TemporalSettings(_Frozen):
+    """The Temporal frontend. The local stack runs ``temporal server start-dev`` on ``host:port``."""
+
+    host: str = "127.0.0.1"
+    port: int = 17233
+    ui_port: int = 18233
+    namespace: str = "default"
+    task_queue: str = "fabricwatch-runbooks"
+    address: str | None = None  # an external cluster; overrides host:port
+
+    @property
+    def target(self) -> str:
+        return self.address or f"{self.host}:{self.port}"
+
+
+class LedgerSettings(_Frozen):
+    """The ClickHouse ledger: embedded chdb in the state folder unless ``clickhouse_url`` is set."""
+
+    http_host: str = "127.0.0.1"
+    http_port: int = 18123  # the embedded engine's ClickHouse HTTP interface for other processes
+    allow_writes_over_http: bool = False
+    retention_days: int = 400
+    raw_counter_retention_days: int = 35
+
+
+class SecretsSettings(_Frozen):
+    """Credentials and fabric keys. Read from the environment or ``*_file`` paths; never logged."""
+
+    ufm_username: str | None = None
+    ufm_password: SecretStr | None = None
+    ufm_password_file: Path | None = None
+    m_key: SecretStr | None = None
+    m_key_file: Path | None = None
+    sm_key: SecretStr | None = None
+    sm_key_file: Path | None = None
+
+
+class Settings(BaseSettings):
+    """Everything a fabricwatch process is configured with."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="FABRICWATCH_",
+        env_nested_delimiter="__",
+        frozen=True,
+        extra="ignore",
+    )
+
+    state_dir: Path = Path(".fabricwatch")
+    clickhouse_url: str | None = None  # e.g. http://user:pass@clickhouse:8123/fabricwatch
+    fabric: str = "lab"
+    policy_path: Path | None = None
+    kafka: KafkaSettings = KafkaSettings()
+    temporal: TemporalSettings = TemporalSettings()
+    ledger: LedgerSettings = LedgerSettings()
+    secrets: SecretsSettings = SecretsSettings()
+
+    @property
+    def ledger_path(self) -> Path:
+        return self.state_dir / "ledger"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.state_dir / "logs"
+
+
+def load_settings() -> Settings:
+    """Build the settings tree from the environment (called once, at the entry point)."""
+    return Settings()

@@ -1,0 +1,1 @@
+"""The ClickHouse ledger: one interface, an embedded (chdb) and a server backend."""

@@ -1,0 +1,35 @@
+"""The wire contract: event models, topic registry, codec and policy. Imports nothing of ours."""
+
+from schemas.codec import dead_letter, decode, decode_obj, dumps, encode, loads
+from schemas.errors import ContractError
+from schemas.events import (
+    COUNTER_FIELDS,
+    GAUGE_FIELDS,
+    LEGACY_COUNTER_BITS,
+    Action,
+    ActionRecord,
+    Counters,
+    DeadLetter,
+    Detection,
+    DetectionKind,
+    Envelope,
+    Event,
+    EvidenceRecord,
+    PortEvent,
+    PortSample,
+    Probe,
+    Severity,
+    Topology,
+    TopologyLink,
+    message_key,
+    port_key,
+    ts_to_ms,
+)
+
+__all__ = [
+    "COUNTER_FIELDS", "GAUGE_FIELDS", "LEGACY_COUNTER_BITS", "Action", "ActionRecord",
+    "ContractError", "Counters", "DeadLetter", "Detection", "DetectionKind", "Envelope", "Event",
+    "EvidenceRecord", "PortEvent", "PortSample", "Probe", "Severity", "Topology", "TopologyLink",
+    "dead_letter", "decode", "decode_obj", "dumps", "encode", "loads", "message_key", "port_key",
+    "ts_to_ms",
+]

@@ -1,0 +1,362 @@
+"""Pydantic v2 models of every contract event (ARCHITECTURE.md, "Wire contract v1").
+
+Field names and units are the contract's. Unknown fields are kept (``extra="allow"``) so a
+newer producer's message survives a round trip through an older consumer. Wire values of
+enums are fixed forever: add, never rename.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
+
+CONTRACT_VERSION = 1
+MAX_DEVICE_BYTES = 256
+MAX_IB_PORT = 255
+MAX_ETH_PORT = 1024
+MAX_FUTURE_MS = 24 * 3600 * 1000
+# Sources that speak InfiniBand, where a port number is an 8-bit field.
+IB_SOURCES = frozenset({"opensm", "ufm", "perfquery", "ibdiags", "ibnetdiscover", "iblinkinfo",
+                        "ibqueryerrors"})
+
+
+class Severity(StrEnum):
+    INFO = "info"
+    WARNING = "warning"
+    CRITICAL = "critical"
+
+
+class Action(StrEnum):
+    ISOLATE_PORT = "isolate_port"
+    TICKET = "ticket"
+    PAGE = "page"
+    NONE = "none"
+
+
+class DetectionKind(StrEnum):
+    FLAP = "flap"
+    DEGRADED_LINK = "degraded_link"
+    ERROR_RATE = "error_rate"
+    BER = "ber"
+    COUNTER_SATURATED = "counter_saturated"
+    PAUSE_STORM = "pause_storm"
+    ECN_PFC_MISCONFIG = "ecn_pfc_misconfig"
+    SLOW_PROBE = "slow_probe"
+    MISWIRE = "miswire"
+    MISSING_LINK = "missing_link"
+    UNEXPECTED_LINK = "unexpected_link"
+    BREAKER_OPEN = "breaker_open"
+
+
+def ts_to_ms(value: Any) -> int:
+    """Epoch milliseconds from an int/float of milliseconds or an RFC 3339 string."""
+    if isinstance(value, bool):
+        raise ValueError("ts must be epoch milliseconds or an RFC 3339 string, not a boolean")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError("ts must be finite")
+        return int(value)
+    if isinstance(value, str):
+        text = value.strip()
+        if text.endswith(("Z", "z")):
+            text = text[:-1] + "+00:00"
+        try:
+            parsed = datetime.fromisoformat(text)
+        except ValueError:
+            raise ValueError(f"ts {value[:64]!r} is not RFC 3339") from None
+        if parsed.tzinfo is None:
+            raise ValueError("an RFC 3339 ts needs a UTC offset (a naive time is ambiguous)")
+        return int(parsed.timestamp() * 1000)
+    raise ValueError("ts must be epoch milliseconds or an RFC 3339 string")
+
+
+def check_device(value: str) -> str:
+    if not value:
+        raise ValueError("device name is empty")
+    if len(value.encode("utf-8")) > MAX_DEVICE_BYTES:
+        raise ValueError(f"device name is longer than {MAX_DEVICE_BYTES} bytes")
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
+        raise ValueError("device name contains a control character")
+    return value
+
+
+def port_key(device: str, port: int) -> str:
+    """The contract's key of a port: ``device:port``."""
+    return f"{device}:{port}"
+
+
+Device = Annotated[str, Field(min_length=1)]
+NonNegInt = Annotated[int, Field(ge=0)]
+
+
+class Envelope(BaseModel):
+    """Fields every contract message carries."""
+
+    model_config = ConfigDict(extra="allow", frozen=True, allow_inf_nan=False,
+                              use_enum_values=False)
+
+    v: Literal[1] = 1
+    id: Annotated[str, Field(min_length=1, max_length=512)]
+    ts: int
+    fabric: Annotated[str, Field(min_length=1, max_length=256)]
+    source: Annotated[str, Field(min_length=1, max_length=64)]
+
+    @field_validator("ts", mode="before")
+    @classmethod
+    def _ts(cls, value: Any) -> int:
+        ms = ts_to_ms(value)
+        if ms < 0:
+            raise ValueError("ts is before the Unix epoch")
+        if ms > time.time() * 1000 + MAX_FUTURE_MS:
+            raise ValueError("ts is more than a day in the future")
+        return ms
+
+    def to_wire(self) -> dict[str, Any]:
+        """The message as a JSON-ready dict: enums as their wire values, None kept."""
+        return self.model_dump(mode="json")
+
+
+class _PortScoped(Envelope):
+    device: Device
+    port: int
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, value: str) -> str:
+        return check_device(value)
+
+    @model_validator(mode="after")
+    def _port_range(self) -> _PortScoped:
+        limit = MAX_IB_PORT if self.source in IB_SOURCES else MAX_ETH_PORT
+        if not 0 <= self.port <= limit:
+            raise ValueError(f"port {self.port} is outside 0..{limit} for source {self.source!r}")
+        return self
+
+    @property
+    def key(self) -> str:
+        return port_key(self.device, self.port)
+
+
+class PortEvent(_PortScoped):
+    """A link state change (``fabric.port-events``, key ``device:port``)."""
+
+    kind: Literal["port_event"] = "port_event"
+    state: Literal["down", "up"]
+    trap: int | None = None
+    phys_state: str | None = None
+    reason: str | None = None
+
+
+# Counter name -> its register width in bits where a legacy PMA register is that narrow.
+# PortCounters (IBA 16.1.3.5): 16-bit error counters, 8-bit link_downed/recovery and
+# 4-bit integrity/overrun; 32-bit xmit_wait. PortCountersExtended and Ethernet are 64-bit.
+LEGACY_COUNTER_BITS: dict[str, int] = {
+    "symbol_errors": 16,
+    "link_error_recovery": 8,
+    "link_downed": 8,
+    "rcv_errors": 16,
+    "rcv_remote_phys_errors": 16,
+    "xmit_discards": 16,
+    "xmit_wait": 32,
+    "local_link_integrity_errors": 4,
+    "excessive_buffer_overrun": 4,
+}
+
+COUNTER_FIELDS: tuple[str, ...] = (
+    "symbol_errors", "link_error_recovery", "link_downed", "rcv_errors",
+    "rcv_remote_phys_errors", "xmit_discards", "xmit_wait", "local_link_integrity_errors",
+    "excessive_buffer_overrun", "fec_corrected", "fec_uncorrectable", "pfc_pause_rx",
+    "pfc_pause_tx", "ecn_marked", "cnp_sent", "cnp_handled", "out_of_sequence",
+    "local_ack_timeout_err", "rx_discards_phy",
+)
+GAUGE_FIELDS: tuple[str, ...] = ("raw_ber", "effective_ber", "module_temp_c", "rx_power_dbm")
+
+
+class PortSample(BaseModel):
+    """One port's counters at one reading. Every counter is optional: null = not reported.
+
+    Counters are the raw cumulative values as read. ``counter_bits`` (optional, beyond the
+    contract's list) says how wide the register was where a collector knows it, so that a
+    value at the register maximum can be told from a real count.
+    """
+
+    model_config = ConfigDict(extra="allow", frozen=True, allow_inf_nan=False)
+
+    port: int
+    symbol_errors: NonNegInt | None = None
+    link_error_recovery: NonNegInt | None = None
+    link_downed: NonNegInt | None = None
+    rcv_errors: NonNegInt | None = None
+    rcv_remote_phys_errors: NonNegInt | None = None
+    xmit_discards: NonNegInt | None = None
+    xmit_wait: NonNegInt | None = None
+    local_link_integrity_errors: NonNegInt | None = None
+    excessive_buffer_overrun: NonNegInt | None = None
+    fec_corrected: NonNegInt | None = None
+    fec_uncorrectable: NonNegInt | None = None
+    raw_ber: Annotated[float, Field(ge=0)] | None = None
+    effective_ber: Annotated[float, Field(ge=0)] | None = None
+    width: str | None = None
+    speed: str | None = None
+    pfc_pause_rx: NonNegInt | None = None
+    pfc_pause_tx: NonNegInt | None = None
+    ecn_marked: NonNegInt | None = None
+    cnp_sent: NonNegInt | None = None
+    cnp_handled: NonNegInt | None = None
+    out_of_sequence: NonNegInt | None = None
+    local_ack_timeout_err: NonNegInt | None = None
+    rx_discards_phy: NonNegInt | None = None
+    module_temp_c: float | None = None
+    rx_power_dbm: float | None = None
+    counter_bits: dict[str, int] | None = None
+
+
+class Counters(Envelope):
+    """A batch of port samples of one device (``fabric.counters``, key ``device``)."""
+
+    kind: Literal["counters"] = "counters"
+    device: Device
+    ports: list[PortSample]
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, value: str) -> str:
+        return check_device(value)
+
+    @model_validator(mode="after")
+    def _port_range(self) -> Counters:
+        limit = MAX_IB_PORT if self.source in IB_SOURCES else MAX_ETH_PORT
+        for i, sample in enumerate(self.ports):
+            if not 0 <= sample.port <= limit:
+                raise ValueError(f"ports.{i}.port {sample.port} is outside 0..{limit}")
+        return self
+
+
+class Probe(Envelope):
+    """An active probe result (``fabric.probes``, key ``rail``)."""
+
+    kind: Literal["probe"] = "probe"
+    probe: Literal["ib_write_bw", "nccl_allreduce"]
+    src: Annotated[str, Field(min_length=1, max_length=512)]
+    dst: Annotated[str, Field(min_length=1, max_length=512)]
+    rail: NonNegInt
+    size_bytes: NonNegInt
+    bw_gbps: Annotated[float, Field(ge=0)]
+    baseline_gbps: Annotated[float, Field(ge=0)] | None = None
+
+
+class TopologyLink(BaseModel):
+    """One cable as discovered: both ends, and how it trained."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    a_device: Device
+    a_port: Annotated[int, Field(ge=0, le=MAX_ETH_PORT)]
+    b_device: Device
+    b_port: Annotated[int, Field(ge=0, le=MAX_ETH_PORT)]
+    width: str | None = None
+    speed: str | None = None
+
+    @field_validator("a_device", "b_device")
+    @classmethod
+    def _device(cls, value: str) -> str:
+        return check_device(value)
+
+
+class Topology(Envelope):
+    """A discovered topology snapshot (``fabric.topology``, key ``fabric``)."""
+
+    kind: Literal["topology"] = "topology"
+    links: list[TopologyLink]
+
+
+class Detection(_PortScoped):
+    """Something wrong with a port (``fabric.detections``, key ``device:port``)."""
+
+    kind: Literal["detection"] = "detection"
+    detection: DetectionKind
+    severity: Severity
+    action: Action
+    evidence: dict[str, Any] = Field(default_factory=dict)
+    episode: Annotated[str, Field(min_length=1, max_length=512)]
+
+
+class ActionRecord(_PortScoped):
+    """One thing a runbook did or, in shadow mode, would have done (``fabric.actions``)."""
+
+    kind: Literal["action"] = "action"
+    workflow_id: str
+    step: str  # evidence | budget | isolate | ticket | ladder:<rung> | check:<name> | return | abort
+    actor: str  # "fabricwatch" or the human who signalled
+    outcome: Literal["done", "refused", "failed", "skipped", "dry_run"]
+    before: dict[str, Any] | None = None
+    after: dict[str, Any] | None = None
+    note: str | None = None
+    dry_run: bool = False
+
+
+class EvidenceRecord(_PortScoped):
+    """Tool output captured before anything changes (``fabric.actions``)."""
+
+    kind: Literal["evidence"] = "evidence"
+    workflow_id: str
+    tool: str  # perfquery | mlxlink | iblinkinfo | cable_info | ...
+    output: str
+    exit_code: int | None = None
+
+
+class DeadLetter(BaseModel):
+    """A message that failed validation, kept whole (``fabric.dlq``)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    v: Literal[1] = 1
+    kind: Literal["dead_letter"] = "dead_letter"
+    ts: int  # when it was dead-lettered, epoch ms
+    reason: str
+    path: str
+    source_topic: str | None = None
+    partition: int | None = None
+    offset: int | None = None
+    raw_b64: str  # the bytes exactly as received, base64
+
+
+AnyEvent = Annotated[
+    PortEvent | Counters | Probe | Topology | Detection | ActionRecord | EvidenceRecord,
+    Field(discriminator="kind"),
+]
+EVENT_MODELS: dict[str, type[Envelope]] = {
+    "port_event": PortEvent,
+    "counters": Counters,
+    "probe": Probe,
+    "topology": Topology,
+    "detection": Detection,
+    "action": ActionRecord,
+    "evidence": EvidenceRecord,
+}
+EVENT_KINDS = tuple(EVENT_MODELS)
+Event = PortEvent | Counters | Probe | Topology | Detection | ActionRecord | EvidenceRecord
+
+
+def message_key(event: Event) -> str:
+    """The Kafka key the contract assigns to ``event``."""
+    if isinstance(event, Counters):
+        return event.device
+    if isinstance(event, Probe):
+        return str(event.rail)
+    if isinstance(event, Topology):
+        return event.fabric
+    return event.key

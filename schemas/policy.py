@@ -1,0 +1,256 @@
+"""The policy: thresholds and automation switches, in the operators' own YAML shape.
+
+```yaml
+fabricHealth:
+  flapDampening: {window: 30m, maxLinkDowns: 2, action: isolatePort}
+  degradedLink: {expectWidth: 4X, expectSpeed: NDR, action: isolatePort}
+  breaker: {maxIsolatedPortsPerSU: 1%}
+  repairLadder: [clean-and-reseat, swap-optic, swap-cable, swap-switch-port]
+  returnToService: [ib_write_bw-per-rail, nccl-allreduce-baseline, counters-clean-24h]
+```
+
+Every section not given gets its documented default. Durations are ``500ms``, ``60s``,
+``30m``, ``24h``, ``7d`` (or a number of seconds); fractions are ``1%`` or ``0.01``.
+A file that does not validate raises ``ContractError`` naming the offending path.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic.alias_generators import to_camel
+
+from schemas.errors import ContractError
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$")
+_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+
+
+def parse_duration_s(value: Any) -> float:
+    """Seconds from ``30m``-style text or a number of seconds."""
+    if isinstance(value, bool):
+        raise ValueError("a duration is a number of seconds or text like 30m, 24h")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str) and (m := _DURATION.match(value)):
+        seconds = float(m.group(1)) * _UNIT_S[m.group(2) or "s"]
+    else:
+        raise ValueError(f"{value!r} is not a duration (like 500ms, 60s, 30m, 24h, 7d)")
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ValueError("a duration must be finite and not negative")
+    return seconds
+
+
+def parse_fraction(value: Any) -> float:
+    """A fraction from ``1%`` or ``0.01``."""
+    if isinstance(value, bool):
+        raise ValueError("a fraction is a number like 0.01 or a percentage like 1%")
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            number = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+        except ValueError:
+            raise ValueError(f"{value!r} is not a percentage (like 1%) or a fraction") from None
+    elif isinstance(value, int | float):
+        number = float(value)
+    else:
+        raise ValueError(f"{value!r} is not a percentage or a fraction")
+    if not math.isfinite(number) or not 0 <= number <= 1:
+        raise ValueError("a fraction must be between 0 and 1 (0% and 100%)")
+    return number
+
+
+Seconds = Annotated[float, BeforeValidator(parse_duration_s)]
+Fraction = Annotated[float, BeforeValidator(parse_fraction)]
+PolicyAction = Literal["isolatePort", "ticket", "page", "none"]
+Width = Literal["1X", "2X", "4X", "8X", "12X"]
+Speed = Literal["SDR", "DDR", "QDR", "FDR10", "FDR", "EDR", "HDR", "NDR", "XDR"]
+
+# Order of link widths and speeds, lowest first, for "below expectation" checks.
+WIDTH_RANK: dict[str, int] = {"1X": 1, "2X": 2, "4X": 4, "8X": 8, "12X": 12}
+SPEED_RANK: dict[str, int] = {"SDR": 1, "DDR": 2, "QDR": 3, "FDR10": 4, "FDR": 5, "EDR": 6,
+                              "HDR": 7, "NDR": 8, "XDR": 9}
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid",
+                              frozen=True)
+
+
+class FlapDampening(_Section):
+    """Flap: more than ``max_link_downs`` downs in a trailing ``window`` of event time."""
+
+    window: Seconds = 1800.0
+    max_link_downs: Annotated[int, Field(ge=0)] = 2
+    action: PolicyAction = "isolatePort"
+
+
+class DegradedLink(_Section):
+    """A link trained below what the plan (or, where it is silent, this) expects."""
+
+    expect_width: Width = "4X"
+    expect_speed: Speed = "NDR"
+    action: PolicyAction = "isolatePort"
+
+
+class Breaker(_Section):
+    """How much of the fabric automation may take out of service.
+
+    Per SU ``max_isolated_ports_per_su`` of its ports; fabric-wide never more than
+    max(``fabric_min_ports``, ``fabric_fraction`` of all ports) — the cap NVIDIA's UFM
+    port-health plugin applies (max(10, 0.5 %)).
+    """
+
+    max_isolated_ports_per_su: Fraction = Field(default=0.01, alias="maxIsolatedPortsPerSU")
+    fabric_fraction: Fraction = 0.005
+    fabric_min_ports: Annotated[int, Field(ge=0)] = 10
+
+
+class ErrorRates(_Section):
+    """Per-hour error-rate thresholds (event time), with a per-port baseline.
+
+    A port fires when its rate exceeds the threshold *and* ``baseline_factor`` times its own
+    trailing baseline, so a port with a steady known noise floor does not page every hour.
+    Symbol errors are judged over UFM's two windows (12 min and 125 min).
+    """
+
+    symbol_errors_per_hour: Annotated[float, Field(ge=0)] = 200.0
+    link_error_recovery_per_hour: Annotated[float, Field(ge=0)] = 5.0
+    rcv_errors_per_hour: Annotated[float, Field(ge=0)] = 200.0
+    xmit_discards_per_hour: Annotated[float, Field(ge=0)] = 1000.0
+    symbol_error_windows: list[Seconds] = Field(default_factory=lambda: [720.0, 7500.0])
+    baseline_factor: Annotated[float, Field(ge=1)] = 3.0
+    action: PolicyAction = "ticket"
+
+
+class Ber(_Section):
+    """BER thresholds; defaults are the NDR values UFM's port-health plugin publishes.
+
+    Pre-FEC (raw) BER above 1e-6 on copper / 1e-5 on optics, post-FEC (effective) BER above
+    1e-11, symbol BER above 1e-14.
+    """
+
+    raw_ber_copper: Annotated[float, Field(gt=0)] = 1e-6
+    raw_ber_optic: Annotated[float, Field(gt=0)] = 1e-5
+    effective_ber: Annotated[float, Field(gt=0)] = 1e-11
+    symbol_ber: Annotated[float, Field(gt=0)] = 1e-14
+    media: Literal["copper", "optic"] = "optic"
+    action: PolicyAction = "isolatePort"
+
+
+class Congestion(_Section):
+    """RoCE: pause storms, and ECN/PFC misconfiguration (ECN must act before PFC)."""
+
+    pause_storm_fraction: Fraction = 0.5  # of the interval a queue spent paused
+    pause_frames_per_s_storm: Annotated[float, Field(ge=0)] = 50_000.0
+    min_pause_frames_per_s: Annotated[float, Field(ge=0)] = 1000.0  # below: no verdict on ECN
+    min_ecn_to_pause_ratio: Annotated[float, Field(ge=0)] = 1.0
+    action: PolicyAction = "ticket"
+
+
+class Probes(_Section):
+    """Active probes: slower than ``slow_fraction`` of baseline is slow-not-dead."""
+
+    slow_fraction: Fraction = 0.9
+    min_failing_probes_to_localise: Annotated[int, Field(ge=1)] = 2
+    action: PolicyAction = "isolatePort"
+
+
+class Counters(_Section):
+    """Counter bookkeeping."""
+
+    saturation_action: PolicyAction = "ticket"
+
+
+class Stream(_Section):
+    """Stream semantics."""
+
+    allowed_lateness: Seconds = 60.0
+
+
+class Shadow(_Section):
+    """Dry-run: runbooks decide and record but change nothing, per fabric or detection kind."""
+
+    all: bool = False
+    fabrics: list[str] = Field(default_factory=list)
+    detections: list[str] = Field(default_factory=list)
+
+    def applies(self, fabric: str, detection: str) -> bool:
+        return self.all or fabric in self.fabrics or detection in self.detections
+
+
+class Runbook(_Section):
+    """Timers of the remediation runbook."""
+
+    clean_counters_wait: Seconds = 86400.0
+    step_reminder: Seconds = 4 * 3600.0
+    step_escalation: Seconds = 24 * 3600.0
+    approval_timeout: Seconds = 7 * 86400.0
+
+
+class FabricHealth(_Section):
+    flap_dampening: FlapDampening = FlapDampening()
+    degraded_link: DegradedLink = DegradedLink()
+    breaker: Breaker = Breaker()
+    error_rates: ErrorRates = ErrorRates()
+    ber: Ber = Ber()
+    congestion: Congestion = Congestion()
+    probes: Probes = Probes()
+    counters: Counters = Counters()
+    stream: Stream = Stream()
+    shadow: Shadow = Shadow()
+    runbook: Runbook = Runbook()
+    repair_ladder: Annotated[list[str], Field(min_length=1)] = Field(
+        default_factory=lambda: ["clean-and-reseat", "swap-optic", "swap-cable",
+                                 "swap-switch-port"])
+    return_to_service: list[str] = Field(
+        default_factory=lambda: ["ib_write_bw-per-rail", "nccl-allreduce-baseline",
+                                 "counters-clean-24h"])
+
+
+class Policy(_Section):
+    """The whole policy file."""
+
+    fabric_health: FabricHealth = FabricHealth()
+
+    @classmethod
+    def from_mapping(cls, data: Any) -> Policy:
+        if data is None:
+            data = {}
+        if not isinstance(data, dict):
+            raise ContractError("a policy file must be a YAML mapping with fabricHealth at the top")
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            first = exc.errors(include_url=False)[0]
+            path = ".".join(str(p) for p in first.get("loc", ()))
+            reason = str(first.get("msg", "invalid")).removeprefix("Value error, ")
+            raise ContractError(reason, path) from None
+
+    @classmethod
+    def from_yaml(cls, text: str) -> Policy:
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ContractError(f"not valid YAML: {exc}") from None
+        return cls.from_mapping(data)
+
+    @classmethod
+    def load(cls, path: Path | None) -> Policy:
+        """The policy in ``path``, or the defaults when ``path`` is None."""
+        if path is None:
+            return cls()
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ContractError(f"cannot read policy file {path}: {exc.strerror}") from None
+        return cls.from_yaml(text)
+
+    def to_yaml(self) -> str:
+        """The effective policy, every default filled in, in the file's own shape."""
+        return yaml.safe_dump(self.model_dump(by_alias=True, mode="json"), sort_keys=False)

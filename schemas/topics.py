@@ -1,0 +1,40 @@
+"""The topic registry: every contract topic's name, key and default partition count, in one place."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Topic:
+    name: str
+    key: str  # what the message key is, as documented in the contract
+    kinds: tuple[str, ...]  # the event kinds this topic carries
+    partitions: int  # default; settings may override per deployment
+    doc: str
+
+
+PORT_EVENTS = Topic("fabric.port-events", "device:port", ("port_event",), 12,
+                    "link state changes from SM traps, UFM, SONiC")
+COUNTERS = Topic("fabric.counters", "device", ("counters",), 12,
+                 "per-device batches of cumulative port counters")
+PROBES = Topic("fabric.probes", "rail", ("probe",), 4, "active probe results per rail")
+TOPOLOGY = Topic("fabric.topology", "fabric", ("topology",), 1, "discovered topology snapshots")
+DETECTIONS = Topic("fabric.detections", "device:port", ("detection",), 12,
+                   "detections, one episode id per incident")
+ACTIONS = Topic("fabric.actions", "device:port", ("action", "evidence"), 4,
+                "runbook actions and evidence records")
+DLQ = Topic("fabric.dlq", "source topic", ("dead_letter",), 1,
+            "messages that failed validation, with the reason and the raw bytes")
+
+ALL_TOPICS: tuple[Topic, ...] = (PORT_EVENTS, COUNTERS, PROBES, TOPOLOGY, DETECTIONS, ACTIONS, DLQ)
+BY_NAME: dict[str, Topic] = {t.name: t for t in ALL_TOPICS}
+INPUT_TOPICS: tuple[Topic, ...] = (PORT_EVENTS, COUNTERS, PROBES, TOPOLOGY)
+
+
+def topic_for_kind(kind: str) -> Topic:
+    """The topic an event of ``kind`` is published to."""
+    for topic in ALL_TOPICS:
+        if kind in topic.kinds:
+            return topic
+    raise KeyError(kind)

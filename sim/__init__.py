@@ -1,0 +1,1 @@
+"""The fabric simulator: topology, telemetry, fault catalogue, simulated controller."""

@@ -1,0 +1,1 @@
+"""Temporal runbooks: remediation per port, isolation budget per SU, activities, worker."""
