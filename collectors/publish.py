@@ -1,0 +1,192 @@
+"""The shared producer: contract events onto their contract topics through one aiokafka producer.
+
+Every collector, the simulator and the CLI publish through ``Publisher`` so that the wire
+rules live in one place: values are ``schemas.encode`` bytes, the topic comes from
+``schemas.topics.topic_for_kind(event.kind)`` and the key from ``schemas.message_key``.
+
+Delivery: the producer is idempotent with ``acks="all"`` (no duplicates from producer
+retries, nothing acknowledged that the in-sync replicas do not hold). ``send`` only enqueues
+into the producer's batch (``linger_ms`` lets batches fill); ``flush`` waits until every
+message sent so far is acknowledged and raises ``PublishError`` if any was not. Leaving the
+``async with`` block without an exception flushes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from types import TracebackType
+from typing import Any
+
+# aiokafka ships no type information (no py.typed).
+from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped]
+from aiokafka import codec as _codec
+
+from schemas import encode, message_key
+from schemas.events import Event
+from schemas.topics import topic_for_kind
+
+# aiokafka checks each message's uncompressed size against max_request_size; a topology
+# snapshot of a 100k-port fabric is several MB before compression, so allow that much.
+# The broker's own limit (message.max.bytes) applies to the compressed batch.
+DEFAULT_MAX_REQUEST_SIZE = 16 * 1024 * 1024
+DEFAULT_LINGER_MS = 10
+DEFAULT_BATCH_SIZE = 512 * 1024
+_COMPRESSION_AVAILABLE = {
+    "lz4": _codec.has_lz4,
+    "zstd": _codec.has_zstd,
+    "snappy": _codec.has_snappy,
+    "gzip": _codec.has_gzip,
+}
+
+
+class PublishError(RuntimeError):
+    """A message the broker did not acknowledge, or a publisher used outside its context."""
+
+
+def default_compression() -> str | None:
+    """``lz4`` when aiokafka can do it here (it needs cramjam), otherwise no compression."""
+    return "lz4" if _codec.has_lz4() else None
+
+
+class Publisher:
+    """An async context manager over one idempotent aiokafka producer.
+
+    ``bootstrap`` is ``host:port[,host:port...]``. Keyword options: ``client_id``,
+    ``linger_ms``, ``max_batch_size``, ``compression`` (``"lz4"``, ``"zstd"``, ``"gzip"``,
+    ``"snappy"`` or ``None``; default lz4 where available), ``max_request_size``,
+    ``request_timeout_ms``; any other keyword goes to ``AIOKafkaProducer`` as it is, except
+    that idempotence and ``acks="all"`` cannot be turned off.
+    """
+
+    def __init__(self, bootstrap: str, **opts: Any) -> None:
+        if not isinstance(bootstrap, str) or not bootstrap.strip():
+            raise ValueError("bootstrap must be a non-empty 'host:port[,host:port]' string")
+        compression = opts.pop("compression", default_compression())
+        if compression is not None:
+            check = _COMPRESSION_AVAILABLE.get(compression)
+            if check is None:
+                raise ValueError(f"unknown compression {compression!r}; expected one of "
+                                 f"{', '.join(_COMPRESSION_AVAILABLE)} or None")
+            if not check():
+                raise ValueError(f"compression {compression!r} needs a codec library that is "
+                                 "not installed (aiokafka uses cramjam)")
+        for fixed in ("enable_idempotence", "acks", "value_serializer", "key_serializer"):
+            if fixed in opts:
+                raise ValueError(f"{fixed} is fixed by the publisher and cannot be set")
+        self.bootstrap = bootstrap
+        self._config: dict[str, Any] = {
+            "bootstrap_servers": bootstrap,
+            "client_id": opts.pop("client_id", "fabricwatch-collector"),
+            "enable_idempotence": True,
+            "acks": "all",
+            "linger_ms": opts.pop("linger_ms", DEFAULT_LINGER_MS),
+            "max_batch_size": opts.pop("max_batch_size", DEFAULT_BATCH_SIZE),
+            "max_request_size": opts.pop("max_request_size", DEFAULT_MAX_REQUEST_SIZE),
+            "request_timeout_ms": opts.pop("request_timeout_ms", 30_000),
+            "compression_type": compression,
+            **opts,
+        }
+        self._producer: AIOKafkaProducer | None = None
+        self._pending: list[asyncio.Future[Any]] = []
+        self.sent = 0  # messages enqueued
+        self.acked = 0  # messages acknowledged, as counted by flush()
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """The producer configuration in force (a copy)."""
+        return dict(self._config)
+
+    async def __aenter__(self) -> Publisher:
+        producer = AIOKafkaProducer(**self._config)
+        await producer.start()
+        self._producer = producer
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc: BaseException | None, tb: TracebackType | None) -> None:
+        producer, self._producer = self._producer, None
+        if producer is None:
+            return
+        try:
+            if exc_type is None:
+                await self._flush(producer)
+        finally:
+            await producer.stop()
+
+    def _live(self) -> AIOKafkaProducer:
+        if self._producer is None:
+            raise PublishError("the publisher is not started; use 'async with Publisher(...)'")
+        return self._producer
+
+    async def send(self, event: Event) -> None:
+        """Enqueue one contract event on its topic, keyed as the contract says."""
+        topic, key, value = _wire(event)
+        await self._enqueue(topic, key, value)
+
+    async def send_many(self, events: Iterable[Event]) -> int:
+        """Enqueue several events; all are encoded before the first is enqueued.
+
+        Returns how many were enqueued. An event that cannot be encoded raises before
+        anything of this call reaches the producer.
+        """
+        wire = [_wire(event) for event in events]
+        for topic, key, value in wire:
+            await self._enqueue(topic, key, value)
+        return len(wire)
+
+    async def send_raw(self, topic: str, key: bytes | None, value: bytes) -> None:
+        """Enqueue bytes as they are (dead letters, replays of recorded messages)."""
+        if not topic:
+            raise ValueError("topic is empty")
+        if not isinstance(value, bytes | bytearray | memoryview):
+            raise TypeError("value must be bytes")
+        if key is not None and not isinstance(key, bytes | bytearray | memoryview):
+            raise TypeError("key must be bytes or None")
+        await self._enqueue(topic, None if key is None else bytes(key), bytes(value))
+
+    async def flush(self) -> int:
+        """Wait until everything sent so far is acknowledged; returns how many were."""
+        return await self._flush(self._live())
+
+    async def _enqueue(self, topic: str, key: bytes | None, value: bytes) -> None:
+        producer = self._live()
+        # send() waits only while the accumulator is full (backpressure), then returns the
+        # delivery future; it raises at once for a message larger than max_request_size.
+        future = await producer.send(topic, value=value, key=key)
+        self._pending.append(future)
+        self.sent += 1
+        if len(self._pending) >= 4096:
+            await self._reap()
+
+    async def _reap(self) -> None:
+        """Drop delivered futures from the pending list, raising for a failed one."""
+        still: list[asyncio.Future[Any]] = []
+        failed: BaseException | None = None
+        for future in self._pending:
+            if not future.done():
+                still.append(future)
+            elif future.exception() is not None:
+                failed = failed or future.exception()
+            else:
+                self.acked += 1
+        self._pending = still
+        if failed is not None:
+            raise PublishError(f"the broker did not acknowledge a message: {failed}") from failed
+
+    async def _flush(self, producer: AIOKafkaProducer) -> int:
+        await producer.flush()
+        pending, self._pending = self._pending, []
+        results = await asyncio.gather(*pending, return_exceptions=True)
+        failures = [r for r in results if isinstance(r, BaseException)]
+        self.acked += len(results) - len(failures)
+        if failures:
+            raise PublishError(f"{len(failures)} of {len(results)} messages were not "
+                               f"acknowledged; first: {failures[0]}") from failures[0]
+        return len(results)
+
+
+def _wire(event: Event) -> tuple[str, bytes, bytes]:
+    """(topic, key, value) of a contract event."""
+    topic = topic_for_kind(event.kind).name
+    return topic, message_key(event).encode("utf-8"), encode(event)
