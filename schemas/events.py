@@ -88,7 +88,8 @@ def check_device(value: str) -> str:
         raise ValueError("device name is empty")
     if len(value.encode("utf-8")) > MAX_DEVICE_BYTES:
         raise ValueError(f"device name is longer than {MAX_DEVICE_BYTES} bytes")
-    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
+    # C0 controls, DEL and C1 controls (Unicode category Cc).
+    if any(c < " " or "\x7f" <= c <= "\x9f" for c in value):
         raise ValueError("device name contains a control character")
     return value
 

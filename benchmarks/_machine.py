@@ -1,0 +1,49 @@
+"""Machine facts recorded beside every benchmark result, so figures can be compared honestly."""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+RESULTS = Path(__file__).with_name("results")
+PACKAGES = ("orjson", "pydantic", "aiokafka", "faust-streaming", "chdb", "temporalio")
+
+
+def machine_facts() -> dict[str, Any]:
+    try:
+        import psutil
+
+        memory_gib = round(psutil.virtual_memory().total / 2**30, 1)
+    except ImportError:  # pragma: no cover - psutil is a dependency
+        memory_gib = None
+    versions = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return {
+        "cores": os.cpu_count(),
+        "memory_gib": memory_gib,
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "versions": versions,
+        "when_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def write_result(scenario: str, figures: dict[str, Any], command: str) -> Path:
+    """Write ``benchmarks/results/<scenario>.json`` under the stable keys."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{scenario}.json"
+    doc = {"scenario": scenario, "command": command, **figures, "machine": machine_facts()}
+    path.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
+    return path

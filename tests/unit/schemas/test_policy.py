@@ -1,0 +1,92 @@
+"""The policy model: the operators' YAML shape, documented defaults, errors with paths."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from fabricwatch.cli import main
+from schemas import ContractError
+from schemas.policy import Policy, parse_duration_s, parse_fraction
+
+ARCHITECTURE_EXAMPLE = """
+fabricHealth:
+  flapDampening:
+    window: 30m
+    maxLinkDowns: 2               # the 3rd down within 30 min isolates the port
+    action: isolatePort
+  degradedLink:
+    expectWidth: 4X
+    expectSpeed: NDR
+    action: isolatePort
+  breaker:
+    maxIsolatedPortsPerSU: 1%
+  repairLadder: [clean-and-reseat, swap-optic, swap-cable, swap-switch-port]
+  returnToService: [ib_write_bw-per-rail, nccl-allreduce-baseline, counters-clean-24h]
+"""
+
+
+def test_architecture_example_loads_with_defaults_filled() -> None:
+    policy = Policy.from_yaml(ARCHITECTURE_EXAMPLE)
+    health = policy.fabric_health
+    assert health.flap_dampening.window == 1800.0
+    assert health.flap_dampening.max_link_downs == 2
+    assert health.breaker.max_isolated_ports_per_su == pytest.approx(0.01)
+    assert health.repair_ladder[-1] == "swap-switch-port"
+    # sections the file does not give come from the documented defaults
+    assert health.ber.effective_ber == 1e-11
+    assert health.stream.allowed_lateness == 60.0
+    assert health.runbook.clean_counters_wait == 86400.0
+    assert Policy.from_yaml(policy.to_yaml()) == policy
+
+
+@pytest.mark.parametrize(
+    ("text", "path"),
+    [
+        ("fabricHealth: {flapDampening: {window: soon}}", "fabricHealth.flapDampening.window"),
+        ("fabricHealth: {flapDampening: {maxLinkDowns: -1}}",
+         "fabricHealth.flapDampening.maxLinkDowns"),
+        ("fabricHealth: {breaker: {maxIsolatedPortsPerSU: 150%}}",
+         "fabricHealth.breaker.maxIsolatedPortsPerSU"),
+        ("fabricHealth: {degradedLink: {expectWidth: 3X}}", "fabricHealth.degradedLink.expectWidth"),
+        ("fabricHealth: {flapDampening: {windw: 30m}}", "fabricHealth.flapDampening.windw"),
+        ("fabricHealth: {repairLadder: []}", "fabricHealth.repairLadder"),
+    ],
+)
+def test_bad_policy_names_the_offending_path(text: str, path: str) -> None:
+    with pytest.raises(ContractError) as info:
+        Policy.from_yaml(text)
+    assert info.value.path == path
+
+
+def test_not_a_mapping_or_not_yaml() -> None:
+    with pytest.raises(ContractError, match="mapping"):
+        Policy.from_yaml("- a\n- b\n")
+    with pytest.raises(ContractError, match="YAML"):
+        Policy.from_yaml("fabricHealth: [unclosed")
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("500ms", 0.5), ("60s", 60), ("30m", 1800),
+                                               ("24h", 86400), ("7d", 604800), (90, 90)])
+def test_durations(text: object, seconds: float) -> None:
+    assert parse_duration_s(text) == seconds
+
+
+@pytest.mark.parametrize(("text", "fraction"), [("1%", 0.01), ("0.5%", 0.005), (0.25, 0.25)])
+def test_fractions(text: object, fraction: float) -> None:
+    assert parse_fraction(text) == pytest.approx(fraction)
+
+
+def test_policy_check_cli(tmp_path: Path) -> None:
+    good = tmp_path / "policy.yaml"
+    good.write_text(ARCHITECTURE_EXAMPLE)
+    result = CliRunner().invoke(main, ["policy", "check", str(good)])
+    assert result.exit_code == 0, result.output
+    assert "maxLinkDowns: 2" in result.output and "effectiveBer" in result.output
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("fabricHealth: {flapDampening: {window: soon}}")
+    result = CliRunner().invoke(main, ["policy", "check", str(bad)])
+    assert result.exit_code == 2
+    assert "fabricHealth.flapDampening.window" in result.output
