@@ -1,0 +1,59 @@
+"""Helpers every parser shares: line splitting with limits, deterministic ids, number parsing."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterator
+
+from collectors.errors import ParseError
+
+# No tool this package reads writes lines anywhere near this long; a longer one is garbage
+# (or a file that is not the tool's output), and refusing it early keeps the regexes fast.
+MAX_LINE_CHARS = 64 * 1024
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_WS = re.compile(r"\s+")
+
+
+def lines(text: str, *, max_chars: int = MAX_LINE_CHARS) -> Iterator[tuple[int, str]]:
+    """(1-based number, line without its end) for each line; refuses garbage early.
+
+    A NUL or other control character (apart from tab, CR and LF) means binary data; a line
+    longer than ``max_chars`` is refused. Both raise ``ParseError`` naming the line.
+    """
+    for number, line in enumerate(text.splitlines(), start=1):
+        if len(line) > max_chars:
+            raise ParseError(None, number, f"line is {len(line)} characters long, more than "
+                                           f"the {max_chars} this format ever writes")
+        bad = _CONTROL.search(line)
+        if bad is not None:
+            raise ParseError(None, number, f"control character {bad.group()!r} at column "
+                                           f"{bad.start() + 1}: binary data, not tool output")
+        yield number, line
+
+
+def collapse(text: str) -> str:
+    """Whitespace runs to one space, ends stripped."""
+    return _WS.sub(" ", text).strip()
+
+
+def stable_id(*parts: object) -> str:
+    """A deterministic event id from its parts, so a replay of the same input dedupes."""
+    digest = hashlib.sha256("\x1f".join(str(p) for p in parts).encode("utf-8")).hexdigest()
+    return digest[:32]
+
+
+def to_int(value: str, line: int | None, what: str) -> int:
+    """A decimal or 0x-hex integer, or ParseError naming ``what``."""
+    text = value.strip().replace(",", "")
+    try:
+        number = int(text, 16) if text.lower().startswith("0x") else int(text)
+    except ValueError:
+        raise ParseError(None, line, f"{what} {value[:40]!r} is not an integer") from None
+    return number
+
+
+def guid_str(value: str | int) -> str:
+    """A GUID as ``0x`` + 16 lower-case hex digits."""
+    number = int(value, 16) if isinstance(value, str) else value
+    return f"0x{number:016x}"
