@@ -57,6 +57,7 @@ class DetectionKind(StrEnum):
     MISSING_LINK = "missing_link"
     UNEXPECTED_LINK = "unexpected_link"
     BREAKER_OPEN = "breaker_open"
+    CONFIG_POSTURE = "config_posture"  # a configuration audit finding (fabricwatch audit)
 
 
 def ts_to_ms(value: Any) -> int:
