@@ -1,0 +1,63 @@
+"""What every detector shares: building a contract ``Detection`` deterministically.
+
+Detection ids and episode ids are pure functions of the port, the detector and the event
+time that opened the episode, so the worker and ``fabricwatch replay`` produce the same
+ids for the same history, and a redelivered message reproduces an identical detection
+that consumers drop by id (at-least-once delivery, exactly-once effect).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from schemas import Action, Detection, DetectionKind, Severity
+
+# The ``source`` of every detection fabricwatch produces.
+SOURCE = "fabricwatch"
+
+_ACTIONS: dict[str, Action] = {
+    "isolatePort": Action.ISOLATE_PORT,
+    "ticket": Action.TICKET,
+    "page": Action.PAGE,
+    "none": Action.NONE,
+}
+# What an operator sees first: isolating a port is a critical event, a ticket a warning.
+_SEVERITY: dict[Action, Severity] = {
+    Action.ISOLATE_PORT: Severity.CRITICAL,
+    Action.PAGE: Severity.CRITICAL,
+    Action.TICKET: Severity.WARNING,
+    Action.NONE: Severity.INFO,
+}
+
+
+def policy_action(name: str) -> Action:
+    """The contract action for a policy's ``action`` value (``isolatePort`` -> isolate_port)."""
+    return _ACTIONS[name]
+
+
+def episode_id(kind: DetectionKind | str, device: str, port: int, start_ts: int,
+               detail: str = "") -> str:
+    """``{kind}/{device}:{port}[/{detail}]/{start_ts}``: stable for one episode."""
+    kind_s = kind.value if isinstance(kind, DetectionKind) else kind
+    middle = f"/{detail}" if detail else ""
+    return f"{kind_s}/{device}:{port}{middle}/{start_ts}"
+
+
+def make_detection(*, kind: DetectionKind, fabric: str, device: str, port: int, ts: int,
+                   action: str, episode: str, evidence: dict[str, Any],
+                   severity: Severity | None = None) -> Detection:
+    """One detection; its ``id`` is its episode (one detection per episode)."""
+    act = policy_action(action)
+    return Detection(
+        id=f"det:{episode}",
+        ts=ts,
+        fabric=fabric,
+        source=SOURCE,
+        device=device,
+        port=port,
+        detection=kind,
+        severity=severity if severity is not None else _SEVERITY[act],
+        action=act,
+        evidence=evidence,
+        episode=episode,
+    )

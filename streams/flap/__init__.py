@@ -1,0 +1,1 @@
+"""Flap dampening: trailing-window count of link downs per port."""

@@ -1,0 +1,304 @@
+"""Flap dampening: a true trailing window of event time over one port's link downs.
+
+Pinned semantics (ARCHITECTURE.md, "Detection semantics"):
+
+* A ``flap`` detection fires at the down at time ``t`` when the number of downs of the port in
+  the half-open interval ``(t - window, t]`` exceeds ``maxLinkDowns``. A down at exactly
+  ``t - window`` is outside. ``up`` events never reset anything.
+* Event time: an event up to ``stream.allowedLateness`` (default 60 s) older than the
+  highest ``ts`` this port has seen (its watermark) is placed where it belongs and may
+  complete a window; the detection then carries the ``ts`` of the down that completes it
+  (which may be the late down or a later one). Older events are dropped and counted
+  (``late_dropped``).
+* Duplicates (the same event ``id``) count once. Redelivering the event that fired a
+  detection returns the identical detection again (same ``id`` and ``episode``), so an
+  at-least-once worker that crashed between deciding and publishing loses nothing;
+  consumers deduplicate by ``id``/``episode``.
+* Downs revealed only by a ``link_downed`` counter increase (``CounterDowns``, derived by the
+  counters detector from two successive samples ``(start, ts]``) count for
+  ``increase - (trap downs of the port in (start, ts])`` when that is positive, placed at the
+  sample time ``ts`` (the moment the down became known). A trap that arrives later inside
+  that interval takes the place of one such counter-revealed down, so no down is counted
+  twice whichever arrives first.
+
+Episodes: the trailing count ``c(τ)`` is a step function of time. A port is *in episode*
+while ``c(τ) > maxLinkDowns``; an episode starts at the down that lifts the count over the
+limit and ends at the first instant the window holds ``<= maxLinkDowns`` downs again (a
+down expiring at ``d + window``). One episode yields one detection, at its first down;
+downs while it lasts are recorded on it (``downs``) and not fired. The episode id is
+``flap/{device}:{port}/{ts of the down that opened it}``. Detections are never withdrawn:
+a late down can only merge periods, and a merged period keeps the episode(s) it already
+fired instead of firing again.
+
+State is a plain dataclass (``FlapState``) with ``to_json``/``from_json`` so it lives in a
+changelogged table. It holds only the downs that can still matter: those after
+``watermark - lateness - window`` inclusive (plus the traps inside a counter interval still held).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from schemas import Detection, DetectionKind, PortEvent
+from schemas.policy import Policy
+from streams.common import episode_id, make_detection
+
+
+@dataclass(frozen=True, slots=True)
+class CounterDowns:
+    """Downs a ``link_downed`` counter revealed between two samples of one port.
+
+    ``id`` is ``{counters message id}/{port}`` so a redelivered counters message yields the
+    same id and is counted once. ``start`` is the previous sample's ``ts`` (exclusive),
+    ``ts`` this sample's (inclusive).
+    """
+
+    id: str
+    fabric: str
+    device: str
+    port: int
+    start: int
+    ts: int
+    increase: int
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"kind": "counter_downs", **asdict(self)}
+
+    @classmethod
+    def from_wire(cls, obj: dict[str, Any]) -> CounterDowns:
+        return cls(id=str(obj["id"]), fabric=str(obj["fabric"]), device=str(obj["device"]),
+                   port=int(obj["port"]), start=int(obj["start"]), ts=int(obj["ts"]),
+                   increase=int(obj["increase"]))
+
+
+@dataclass(slots=True)
+class Episode:
+    """One flap episode: when it opened, which event fired it, and what it has seen since."""
+
+    start: int
+    fired_by: str
+    downs: int
+    last: int
+    action: str
+    evidence: dict[str, Any]
+
+
+@dataclass(slots=True)
+class FlapState:
+    """Everything the flap detector keeps for one port."""
+
+    fabric: str = ""
+    device: str = ""
+    port: int = 0
+    watermark: int | None = None
+    traps: list[tuple[int, str]] = field(default_factory=list)  # (ts, event id), sorted
+    # counter intervals: [id, start, ts, increase]
+    intervals: list[tuple[str, int, int, int]] = field(default_factory=list)
+    marks: dict[str, str] = field(default_factory=dict)  # down id -> episode id
+    episodes: dict[str, Episode] = field(default_factory=dict)
+    late_dropped: int = 0
+    duplicates: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "fabric": self.fabric, "device": self.device, "port": self.port,
+            "watermark": self.watermark,
+            "traps": [list(t) for t in self.traps],
+            "intervals": [list(i) for i in self.intervals],
+            "marks": self.marks,
+            "episodes": {k: asdict(v) for k, v in self.episodes.items()},
+            "late_dropped": self.late_dropped, "duplicates": self.duplicates,
+        }
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> FlapState:
+        return cls(
+            fabric=obj["fabric"], device=obj["device"], port=obj["port"],
+            watermark=obj["watermark"],
+            traps=[(int(t[0]), str(t[1])) for t in obj["traps"]],
+            intervals=[(str(i[0]), int(i[1]), int(i[2]), int(i[3])) for i in obj["intervals"]],
+            marks=dict(obj["marks"]),
+            episodes={k: Episode(**v) for k, v in obj["episodes"].items()},
+            late_dropped=int(obj["late_dropped"]), duplicates=int(obj["duplicates"]),
+        )
+
+
+FlapInput = PortEvent | CounterDowns
+
+
+def _params(policy: Policy) -> tuple[int, int, int]:
+    fh = policy.fabric_health
+    return (round(fh.flap_dampening.window * 1000), fh.flap_dampening.max_link_downs,
+            round(fh.stream.allowed_lateness * 1000))
+
+
+def effective_downs(state: FlapState) -> list[tuple[int, str]]:
+    """Trap downs plus the counter-revealed downs no trap accounts for, sorted by (ts, id)."""
+    downs = list(state.traps)
+    if state.intervals:
+        trap_ts = [t for t, _ in state.traps]
+        for iv_id, start, end, increase in state.intervals:
+            reported = sum(1 for t in trap_ts if start < t <= end)
+            downs.extend((end, f"{iv_id}#{n}") for n in range(max(0, increase - reported)))
+    downs.sort()
+    return downs
+
+
+def step(state: FlapState, event: FlapInput, policy: Policy) -> tuple[FlapState,
+                                                                        list[Detection]]:
+    """Apply one event of this port; return the (mutated) state and any detections."""
+    window, max_downs, lateness = _params(policy)
+    if not state.device:
+        state.fabric, state.device, state.port = event.fabric, event.device, event.port
+    if state.watermark is not None and event.ts < state.watermark - lateness:
+        state.late_dropped += 1
+        return state, []
+    if isinstance(event, PortEvent):
+        if any(i == event.id for _, i in state.traps):
+            return state, _redeliver(state, event.id)
+        state.watermark = event.ts if state.watermark is None else max(state.watermark, event.ts)
+        if event.state != "down":
+            return state, []  # up never resets: it only advances the watermark
+        state.fabric = event.fabric
+        state.traps.append((event.ts, event.id))
+        state.traps.sort()
+    else:
+        if any(iv[0] == event.id for iv in state.intervals):
+            return state, _redeliver(state, event.id)
+        state.watermark = event.ts if state.watermark is None else max(state.watermark, event.ts)
+        if event.increase <= 0:
+            return state, []
+        state.intervals.append((event.id, event.start, event.ts, event.increase))
+        state.intervals.sort(key=lambda iv: (iv[2], iv[0]))
+    detections = _evaluate(state, event.id, event.ts, window, max_downs, lateness,
+                           policy.fabric_health.flap_dampening.action)
+    _prune(state, window, lateness)
+    return state, detections
+
+
+def _redeliver(state: FlapState, event_id: str) -> list[Detection]:
+    state.duplicates += 1
+    return [_detection(state, eid, ep) for eid, ep in sorted(state.episodes.items())
+            if ep.fired_by == event_id]
+
+
+def _detection(state: FlapState, eid: str, ep: Episode) -> Detection:
+    return make_detection(kind=DetectionKind.FLAP, fabric=state.fabric, device=state.device,
+                          port=state.port, ts=ep.start, action=ep.action,
+                          episode=eid, evidence=ep.evidence)
+
+
+def _evaluate(state: FlapState, event_id: str, event_ts: int, window: int, max_downs: int,
+              lateness: int, action: str) -> list[Detection]:
+    assert state.watermark is not None  # noqa: S101 - set by step() before any evaluation
+    downs = effective_downs(state)
+    # Groups of downs sharing one ts, with the trailing count at that ts.
+    times: list[int] = []
+    members: list[list[str]] = []
+    for ts, did in downs:
+        if times and times[-1] == ts:
+            members[-1].append(did)
+        else:
+            times.append(ts)
+            members.append([did])
+    # counts[g]: downs in (t - window, t], the pinned window at the group's time t.
+    # before[g]: downs in [t - window, t), the window just before t (a down at exactly
+    # t - window is still inside it and leaves at t), which says whether the count stayed
+    # over the limit up to t.
+    counts: list[int] = []
+    before: list[int] = []
+    sizes = [len(m) for m in members]
+    lo = lo_closed = 0
+    total = total_closed = 0
+    for hi, ts in enumerate(times):
+        while times[lo_closed] < ts - window:
+            total_closed -= sizes[lo_closed]
+            lo_closed += 1
+        before.append(total_closed)
+        total_closed += sizes[hi]
+        total += sizes[hi]
+        while times[lo] <= ts - window:
+            total -= sizes[lo]
+            lo += 1
+        counts.append(total)
+    # Counts before the lateness horizon may miss pruned downs: there, over-ness is what
+    # was decided when they were exact (a mark), and no new event can change it.
+    exact_from = state.watermark - lateness
+    over = [
+        (counts[g] > max_downs) if times[g] >= exact_from
+        else any(d in state.marks for d in members[g])
+        for g in range(len(times))
+    ]
+    # Runs of over-limit groups joined without the count dipping to the limit in between.
+    runs: list[list[int]] = []
+    for g in range(len(times)):
+        if not over[g]:
+            continue
+        if times[g] >= exact_from:
+            joined = bool(runs) and runs[-1][-1] == g - 1 and before[g] > max_downs
+        else:
+            prev = runs[-1][-1] if runs else -1
+            joined = prev >= 0 and prev == g - 1 and _same_episode(
+                state, members[prev], members[g])
+        if joined:
+            runs[-1].append(g)
+        else:
+            runs.append([g])
+    detections: list[Detection] = []
+    for run in runs:
+        existing = next((state.marks[d] for g in run for d in members[g] if d in state.marks),
+                        None)
+        if existing is None:
+            start = times[run[0]]
+            eid = episode_id(DetectionKind.FLAP, state.device, state.port, start)
+            first = run[0]
+            in_window = [t for t, _ in downs if start - window < t <= start]
+            evidence = {
+                "downs_in_window": counts[first],
+                "window_s": window / 1000,
+                "max_link_downs": max_downs,
+                "down_ts": in_window,
+                "counter_revealed": sum(
+                    1 for t, d in downs if start - window < t <= start and "#" in d),
+                "late": event_ts < state.watermark,
+            }
+            ep = Episode(start=start, fired_by=event_id, downs=0, last=start, action=action,
+                         evidence=evidence)
+            state.episodes[eid] = ep
+            current = eid
+            fire = True
+        else:
+            current = existing
+            fire = False
+        for g in run:
+            for d in members[g]:
+                if d in state.marks:
+                    current = state.marks[d]
+                    continue
+                state.marks[d] = current
+                ep = state.episodes[current]
+                ep.downs += 1
+                ep.last = max(ep.last, times[g])
+        if fire:
+            detections.append(_detection(state, eid, state.episodes[eid]))
+    return detections
+
+
+def _same_episode(state: FlapState, a: list[str], b: list[str]) -> bool:
+    ea = {state.marks[d] for d in a if d in state.marks}
+    eb = {state.marks[d] for d in b if d in state.marks}
+    return bool(ea & eb)
+
+
+def _prune(state: FlapState, window: int, lateness: int) -> None:
+    assert state.watermark is not None  # noqa: S101 - set by step()
+    horizon = state.watermark - lateness - window
+    state.intervals = [iv for iv in state.intervals if iv[2] >= horizon]
+    trap_cut = min([horizon, *(iv[1] for iv in state.intervals)])
+    state.traps = [t for t in state.traps if t[0] >= trap_cut]
+    live = {d for _, d in effective_downs(state)}
+    state.marks = {d: e for d, e in state.marks.items() if d in live}
+    referenced = set(state.marks.values())
+    state.episodes = {k: v for k, v in state.episodes.items()
+                      if k in referenced or v.last >= horizon}
