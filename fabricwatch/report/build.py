@@ -1,0 +1,126 @@
+"""The report's data, read from any ledger with SQL: what happened, where, and what was done.
+
+``build_report`` only queries; ``fabricwatch.report.html`` and ``.terminal`` only render.
+Every query reads through FINAL so replayed batches never count twice.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from pydantic import BaseModel, Field
+
+
+class Queryable(Protocol):
+    def query(self, sql: str, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]: ...
+
+
+class LatencyRow(BaseModel):
+    device: str
+    port: int
+    detection: str
+    detected_ms: int
+    isolated_ms: int
+
+    @property
+    def latency_s(self) -> float:
+        return (self.isolated_ms - self.detected_ms) / 1000
+
+
+class RunbookRow(BaseModel):
+    workflow_id: str
+    steps: list[tuple[int, str, str]]  # (ts_ms, step, outcome), in time order
+
+    @property
+    def last_step(self) -> str:
+        return self.steps[-1][1] if self.steps else ""
+
+    @property
+    def decision(self) -> str:
+        """Where the runbook stands: returned, escalated, aborted, refused (breaker), or open."""
+        for _, step, outcome in reversed(self.steps):
+            if step == "return" and outcome in ("done", "dry_run"):
+                return "returned to service"
+            if step == "escalate":
+                return "escalated to a human"
+            if step == "abort":
+                return "aborted"
+            if step == "budget" and outcome == "refused":
+                return "held by the breaker"
+        return "in progress"
+
+
+class Report(BaseModel):
+    since_ms: int
+    until_ms: int
+    bucket_s: int
+    counts: dict[str, int] = Field(default_factory=dict)
+    detections_by_kind: dict[str, int] = Field(default_factory=dict)
+    detections: list[dict[str, Any]] = Field(default_factory=list)
+    downs_over_time: list[tuple[float, float]] = Field(default_factory=list)
+    errors_over_time: list[tuple[float, float]] = Field(default_factory=list)
+    heat: dict[str, float] = Field(default_factory=dict)  # "su|rail" -> link errors
+    top_ports: list[tuple[str, float]] = Field(default_factory=list)
+    latencies: list[LatencyRow] = Field(default_factory=list)
+    runbooks: list[RunbookRow] = Field(default_factory=list)
+    temporal_ui: str | None = None
+
+
+REPORT_SQL = Path(__file__).resolve().parents[2] / "sql" / "report" / "report.sql"
+
+
+def load_queries(path: Path = REPORT_SQL) -> dict[str, str]:
+    """Named queries from a file of ``-- name: x`` sections."""
+    queries: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("-- name:"):
+            current = queries.setdefault(line.removeprefix("-- name:").strip(), [])
+        elif current is not None and not line.startswith("--"):
+            current.append(line)
+    return {name: "\n".join(body).strip().rstrip(";") for name, body in queries.items()}
+
+
+def build_report(ledger: Queryable, *, since_ms: int, until_ms: int,
+                 temporal_ui: str | None = None, max_rows: int = 200) -> Report:
+    """Everything the report shows for events with ``since_ms <= ts < until_ms``."""
+    span_s = max(1, (until_ms - since_ms) // 1000)
+    bucket_s = max(10, span_s // 60)
+    queries = load_queries()
+    params = {"since": int(since_ms), "until": int(until_ms), "bucket_ms": bucket_s * 1000}
+    report = Report(since_ms=since_ms, until_ms=until_ms, bucket_s=bucket_s,
+                    temporal_ui=temporal_ui)
+
+    def rows(name: str) -> list[dict[str, Any]]:
+        return ledger.query(queries[name], params)
+
+    for name in ("port_events", "counter_samples", "probes", "detections", "actions",
+                 "evidence"):
+        found = rows(f"count_{name}")
+        report.counts[name] = int(found[0]["n"]) if found else 0
+    report.detections_by_kind = {str(r["detection"]): int(r["n"])
+                                 for r in rows("detections_by_kind")}
+    report.detections = rows("detection_episodes")[:max_rows]
+    report.downs_over_time = [(int(r["t"]) / 1000, float(r["n"])) for r in rows("downs")]
+    report.errors_over_time = [(int(r["t"]) / 1000, float(r["n"])) for r in rows("errors")]
+    report.heat = {f"{int(r['su'])}|{int(r['rail'])}": float(r["n"]) for r in rows("heat")}
+    report.top_ports = [(f"{r['device']}:{r['port']}", float(r["n"])) for r in rows("top_ports")]
+    report.latencies = [
+        LatencyRow(device=str(r["device"]), port=int(r["port"]), detection=str(r["detection"]),
+                   detected_ms=int(r["d_ms"]), isolated_ms=int(r["a_ms"]))
+        for r in rows("isolation_latency")[:max_rows]]
+    steps: dict[str, list[tuple[int, str, str]]] = defaultdict(list)
+    for r in rows("runbook_steps"):
+        steps[str(r["workflow_id"])].append((int(r["ts_ms"]), str(r["step"]), str(r["outcome"])))
+    report.runbooks = [RunbookRow(workflow_id=w, steps=s) for w, s in sorted(steps.items())]
+    return report
+
+
+def runbooks_by_decision(runbooks: Sequence[RunbookRow]) -> dict[str, int]:
+    out: dict[str, int] = defaultdict(int)
+    for runbook in runbooks:
+        out[runbook.decision] += 1
+    return dict(out)

@@ -1,0 +1,110 @@
+"""Render a ``Report`` as one self-contained HTML file (inline SVG, no scripts, no network)."""
+
+from __future__ import annotations
+
+import time
+from html import escape
+
+from fabricwatch.report.build import Report, runbooks_by_decision
+from fabricwatch.report.svg import bar_chart, heatmap, line_chart, timelines
+
+_CSS = """
+body{font-family:system-ui,sans-serif;margin:24px auto;max-width:880px;color:#111827}
+h1{font-size:22px;margin-bottom:2px} h2{font-size:16px;margin-top:28px;border-bottom:1px solid
+#e5e7eb;padding-bottom:4px} .muted{color:#6b7280} table{border-collapse:collapse;font-size:12px}
+td,th{padding:3px 8px;border-bottom:1px solid #f3f4f6;text-align:left}
+.cards{display:flex;gap:10px;flex-wrap:wrap}.card{border:1px solid #e5e7eb;border-radius:6px;
+padding:8px 12px}.card b{display:block;font-size:18px}
+"""
+
+
+def _utc(ms: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ms / 1000)) + "Z"
+
+
+def _hhmm(seconds: float) -> str:
+    return time.strftime("%H:%M", time.gmtime(seconds))
+
+
+def _ticks(report: Report) -> list[tuple[float, str]]:
+    start, end = report.since_ms / 1000, report.until_ms / 1000
+    return [(start + (end - start) * k / 4, _hhmm(start + (end - start) * k / 4))
+            for k in range(5)]
+
+
+def render_html(report: Report) -> str:
+    ticks = _ticks(report)
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>fabricwatch report"
+             f"</title><style>{_CSS}</style></head><body>",
+             "<h1>fabricwatch report</h1>",
+             f"<p class='muted'>{_utc(report.since_ms)} to {_utc(report.until_ms)}, "
+             "read from the ledger</p>", "<div class='cards'>"]
+    labels = {"port_events": "port events", "counter_samples": "port samples",
+              "probes": "probe results", "detections": "detections",
+              "actions": "runbook actions", "evidence": "evidence items"}
+    for key, label in labels.items():
+        parts.append(f"<div class='card'><b>{report.counts.get(key, 0):,}</b>{label}</div>")
+    parts.append("</div>")
+
+    parts.append("<h2>Detections</h2>")
+    parts.append(bar_chart("detections by kind", sorted(report.detections_by_kind.items(),
+                                                         key=lambda kv: -kv[1])))
+    if report.detections:
+        parts.append("<table><tr><th>first seen</th><th>kind</th><th>port</th><th>severity</th>"
+                     "<th>action</th><th>detections</th></tr>")
+        for row in report.detections:
+            parts.append(
+                f"<tr><td>{_utc(float(row['ts_ms']))}</td><td>{escape(str(row['detection']))}</td>"
+                f"<td>{escape(str(row['device']))}:{int(row['port'])}</td>"
+                f"<td>{escape(str(row['severity']))}</td><td>{escape(str(row['action']))}</td>"
+                f"<td>{int(row['n'])}</td></tr>")
+        parts.append("</table>")
+
+    parts.append("<h2>Flaps and errors over time</h2>")
+    parts.append(line_chart(f"link downs per {report.bucket_s} s",
+                            {"downs": report.downs_over_time}, x_ticks=ticks, y_label="downs"))
+    parts.append(line_chart(f"link errors per {report.bucket_s} s (all ports)",
+                            {"errors": report.errors_over_time}, x_ticks=ticks,
+                            y_label="errors"))
+    parts.append(bar_chart("ports with the most link errors", report.top_ports))
+
+    parts.append("<h2>Where: link errors by scalable unit and rail</h2>")
+    cells = {tuple(k.split("|")): v for k, v in report.heat.items()}
+    sus = sorted({k[0] for k in cells}, key=int)
+    rails = sorted({k[1] for k in cells}, key=int)
+    parts.append(heatmap("link errors by SU (rows) and rail (columns)",
+                         [f"SU{s}" for s in sus], [f"r{r}" for r in rails],
+                         {(f"SU{s}", f"r{r}"): v for (s, r), v in cells.items()},
+                         row_label="SU", col_label="rail"))
+
+    parts.append("<h2>Detection to isolation</h2>")
+    if report.latencies:
+        lat = sorted(r.latency_s for r in report.latencies)
+        p50 = lat[len(lat) // 2]
+        p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))]
+        parts.append(f"<p>{len(lat)} ports isolated; detection to isolation p50 {p50:.2f} s, "
+                     f"p99 {p99:.2f} s.</p>")
+        parts.append(bar_chart("seconds from first detection to isolation",
+                               [(f"{r.device}:{r.port} ({r.detection})", r.latency_s)
+                                for r in report.latencies[:30]], unit=" s"))
+    else:
+        parts.append("<p class='muted'>No port was isolated in this window.</p>")
+
+    parts.append("<h2>Runbooks</h2>")
+    decisions = runbooks_by_decision(report.runbooks)
+    parts.append("<p>" + ", ".join(f"{n} {escape(d)}" for d, n in sorted(decisions.items()))
+                 + "</p>" if decisions else "<p class='muted'>No runbook ran.</p>")
+    lanes = []
+    for rb in report.runbooks[:40]:
+        segs = []
+        for i, (ts, step, outcome) in enumerate(rb.steps):
+            end = rb.steps[i + 1][0] if i + 1 < len(rb.steps) else ts + 1000
+            segs.append((ts / 1000, max(end, ts + 1) / 1000, f"{step} ({outcome})"))
+        lanes.append((rb.workflow_id.removeprefix("remediate/"), segs))
+    parts.append(timelines("runbook steps over time", lanes))
+    if report.temporal_ui:
+        ui = escape(report.temporal_ui)
+        parts.append(f"<p>Each runbook's full history: <a href='{ui}'>{ui}</a> "
+                     "(the Temporal UI).</p>")
+    parts.append("</body></html>")
+    return "\n".join(parts)

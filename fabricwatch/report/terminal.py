@@ -1,0 +1,30 @@
+"""Render a ``Report`` as a short terminal summary with rich."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from fabricwatch.report.build import Report, runbooks_by_decision
+
+
+def print_summary(report: Report, console: Console) -> None:
+    counts = Table(title="what the ledger holds for this window", show_header=False)
+    for key, value in report.counts.items():
+        counts.add_row(key.replace("_", " "), f"{value:,}")
+    console.print(counts)
+    kinds = Table(title="detections")
+    kinds.add_column("kind")
+    kinds.add_column("count", justify="right")
+    for kind, n in sorted(report.detections_by_kind.items(), key=lambda kv: -kv[1]):
+        kinds.add_row(kind, str(n))
+    console.print(kinds)
+    if report.latencies:
+        lat = sorted(r.latency_s for r in report.latencies)
+        console.print(f"detection to isolation: {len(lat)} ports, p50 {lat[len(lat) // 2]:.2f} s, "
+                      f"max {lat[-1]:.2f} s")
+    decisions = runbooks_by_decision(report.runbooks)
+    if decisions:
+        console.print("runbooks: " + ", ".join(f"{n} {d}" for d, n in sorted(decisions.items())))
+    if report.temporal_ui:
+        console.print(f"runbook histories: {report.temporal_ui}")
