@@ -1,0 +1,80 @@
+"""Watchers that fill the demo's ``LiveState``: Kafka offsets and lag, detections, runbooks.
+
+Each watcher reads from the real services and never writes to them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Sequence
+
+from aiokafka import AIOKafkaConsumer, TopicPartition  # type: ignore[import-untyped]
+from aiokafka.admin import AIOKafkaAdminClient  # type: ignore[import-untyped]
+
+from fabricwatch.demo.view import LiveState, TopicRate
+from schemas import ContractError, Detection, decode
+from schemas.topics import DETECTIONS
+
+
+async def watch_topics(state: LiveState, bootstrap: str, topics: Sequence[str],
+                       group_id: str | None, *, every_s: float = 1.0) -> None:
+    """Events/s per topic from end offsets, and the detectors' lag from committed offsets."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await consumer.start()
+    await admin.start()
+    try:
+        last: dict[str, tuple[float, int]] = {}
+        while True:
+            partitions = []
+            for topic in topics:
+                for p in consumer.partitions_for_topic(topic) or await _partitions(consumer, topic):
+                    partitions.append(TopicPartition(topic, p))
+            ends = await consumer.end_offsets(partitions) if partitions else {}
+            committed: dict[TopicPartition, int] = {}
+            if group_id:
+                with contextlib.suppress(Exception):  # the group may not exist yet
+                    offsets = await admin.list_consumer_group_offsets(group_id)
+                    committed = {tp: meta.offset for tp, meta in offsets.items()}
+            now = time.monotonic()
+            for topic in topics:
+                end = sum(v for tp, v in ends.items() if tp.topic == topic)
+                prev_t, prev_end = last.get(topic, (now, end))
+                rate = (end - prev_end) / (now - prev_t) if now > prev_t else 0.0
+                lag = None
+                tps = [tp for tp in ends if tp.topic == topic]
+                if tps and any(tp in committed for tp in tps):
+                    lag = sum(max(0, ends[tp] - committed.get(tp, 0)) for tp in tps)
+                state.topics[topic] = TopicRate(end_offset=end, per_s=max(rate, 0.0), lag=lag)
+                last[topic] = (now, end)
+            await asyncio.sleep(every_s)
+    finally:
+        await consumer.stop()
+        await admin.close()
+
+
+async def _partitions(consumer: AIOKafkaConsumer, topic: str) -> set[int]:
+    with contextlib.suppress(Exception):
+        await consumer._client.force_metadata_update()  # noqa: SLF001 - aiokafka has no public refresh
+    return consumer.partitions_for_topic(topic) or set()
+
+
+async def watch_detections(state: LiveState, bootstrap: str) -> None:
+    """Every detection from the demo's start, as it fires."""
+    consumer = AIOKafkaConsumer(DETECTIONS.name, bootstrap_servers=bootstrap,
+                                auto_offset_reset="latest", enable_auto_commit=False)
+    await consumer.start()
+    try:
+        async for message in consumer:
+            if message.value is None:
+                continue
+            try:
+                event = decode(message.value)
+            except ContractError:
+                continue
+            if isinstance(event, Detection):
+                state.add_detection(event)
+    finally:
+        await consumer.stop()
