@@ -116,7 +116,9 @@ class ErrorRates(_Section):
 
     A port fires when its rate exceeds the threshold *and* ``baseline_factor`` times its own
     trailing baseline, so a port with a steady known noise floor does not page every hour.
-    Symbol errors are judged over UFM's two windows (12 min and 125 min).
+    Symbol errors are judged over the two windows NVIDIA UFM's port-health plugin uses for
+    NDR (12 min and 125 min); the other counters over one hour. The baseline is the port's
+    own rate decayed with time constant ``baseline_window`` (streams.counters.logic).
     """
 
     symbol_errors_per_hour: Annotated[float, Field(ge=0)] = 200.0
@@ -125,14 +127,17 @@ class ErrorRates(_Section):
     xmit_discards_per_hour: Annotated[float, Field(ge=0)] = 1000.0
     symbol_error_windows: list[Seconds] = Field(default_factory=lambda: [720.0, 7500.0])
     baseline_factor: Annotated[float, Field(ge=1)] = 3.0
+    baseline_window: Seconds = 86400.0
     action: PolicyAction = "ticket"
 
 
 class Ber(_Section):
     """BER thresholds; defaults are the NDR values UFM's port-health plugin publishes.
 
-    Pre-FEC (raw) BER above 1e-6 on copper / 1e-5 on optics, post-FEC (effective) BER above
-    1e-11, symbol BER above 1e-14.
+    NVIDIA UFM port-health (NDR): pre-FEC (raw) BER above 1e-6 on copper / 1e-5 on optics,
+    post-FEC (effective) BER above 1e-11, symbol BER above 1e-14, symbol errors judged over
+    12-minute and 125-minute windows (``ErrorRates.symbol_error_windows``). ``media`` is the
+    default cable type where a sample does not say (an optional ``media`` field on it).
     """
 
     raw_ber_copper: Annotated[float, Field(gt=0)] = 1e-6
@@ -154,10 +159,19 @@ class Congestion(_Section):
 
 
 class Probes(_Section):
-    """Active probes: slower than ``slow_fraction`` of baseline is slow-not-dead."""
+    """Active probes: slower than ``slow_fraction`` of baseline is slow-not-dead.
+
+    Without a ``baseline_gbps`` on the probe, the baseline is learned per (probe, rail,
+    size): the median of the last ``baseline_samples`` results that were not slow, judged
+    only once ``min_baseline_samples`` exist. Slow probes within ``localise_window`` that
+    share a link (or an endpoint) name it once ``min_failing_probes_to_localise`` agree.
+    """
 
     slow_fraction: Fraction = 0.9
     min_failing_probes_to_localise: Annotated[int, Field(ge=1)] = 2
+    baseline_samples: Annotated[int, Field(ge=1)] = 20
+    min_baseline_samples: Annotated[int, Field(ge=1)] = 3
+    localise_window: Seconds = 600.0
     action: PolicyAction = "isolatePort"
 
 
