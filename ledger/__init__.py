@@ -1,1 +1,43 @@
-"""The ClickHouse ledger: one interface, an embedded (chdb) and a server backend."""
+"""The ClickHouse ledger: one interface, an embedded (chdb) and a server backend.
+
+``open_ledger(settings)`` returns the embedded ledger in ``settings.ledger_path`` unless
+``settings.clickhouse_url`` names a server. Both implement ``Ledger``: ``write(events)``,
+``query(sql, params)``, ``migrate()``, ``close()``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ledger.base import Ledger, LedgerBase, LedgerError
+from ledger.rows import to_rows
+
+if TYPE_CHECKING:  # the ledger imports only schemas at run time (ARCHITECTURE.md layout)
+    from fabricwatch.settings import Settings
+
+
+def open_ledger(settings: Settings, *, migrate: bool = True) -> LedgerBase:
+    """The ledger the settings select, migrated to the latest schema unless told not to."""
+    cfg = settings.ledger
+    ledger: LedgerBase
+    if settings.clickhouse_url:
+        from ledger.server import ServerLedger
+
+        ledger = ServerLedger(settings.clickhouse_url, retention_days=cfg.retention_days,
+                              raw_counter_retention_days=cfg.raw_counter_retention_days,
+                              create_database=True)
+    else:
+        from ledger.embedded import EmbeddedLedger
+
+        ledger = EmbeddedLedger(settings.ledger_path, retention_days=cfg.retention_days,
+                                raw_counter_retention_days=cfg.raw_counter_retention_days)
+    if migrate:
+        try:
+            ledger.migrate()
+        except BaseException:
+            ledger.close()
+            raise
+    return ledger
+
+
+__all__ = ["Ledger", "LedgerBase", "LedgerError", "open_ledger", "to_rows"]

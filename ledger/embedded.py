@@ -1,0 +1,111 @@
+"""The embedded ledger: the ClickHouse engine in-process (chdb), MergeTree on local disk.
+
+One process owns a chdb data folder (the engine locks it) and, within a process, the engine
+serves one folder at a time. Everything here runs under one lock, so the writer and the
+HTTP endpoint's threads (``ledger.http``) can share the engine safely.
+Writes use chdb's streaming insert (``send_insert`` with JSONEachRow bytes), its fastest
+path short of Arrow.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+from pathlib import Path
+from typing import Any
+
+from chdb import session as _chdb_session
+
+from ledger.base import LedgerBase, LedgerError
+
+# chdb's Python layer is partly annotated; treat it as untyped in one place.
+chdb_session: Any = _chdb_session
+
+
+def param_text(value: Any) -> str:
+    """A Python value as the text ClickHouse parses for a ``{name:Type}`` parameter."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is None:
+            raise ValueError("naive datetime parameter: give a timezone-aware one")
+        return value.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+    if isinstance(value, list | tuple):
+        return "[" + ",".join(_literal(v) for v in value) + "]"
+    return str(value)
+
+
+def _literal(value: Any) -> str:
+    if isinstance(value, str):
+        return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    return param_text(value)
+
+
+class EmbeddedLedger(LedgerBase):
+    """The ledger in a chdb data folder at ``path``."""
+
+    def __init__(self, path: Path, *, retention_days: int = 400,
+                 raw_counter_retention_days: int = 35) -> None:
+        super().__init__(retention_days, raw_counter_retention_days)
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.lock = threading.RLock()
+        try:
+            self._session: Any = chdb_session.Session(str(self.path))
+        except RuntimeError as exc:
+            raise LedgerError(
+                f"cannot open the embedded ledger at {self.path}: {exc}. Another process "
+                "probably owns it; use its HTTP endpoint (see `fabricwatch ledger`)."
+            ) from None
+
+    @property
+    def session(self) -> Any:
+        if self._session is None:
+            raise LedgerError("the ledger is closed")
+        return self._session
+
+    def execute(self, sql: str) -> None:
+        self.raw(sql, "CSV")
+
+    def raw(self, sql: str, fmt: str, params: dict[str, Any] | None = None) -> bytes:
+        """Run ``sql`` and return the engine's output in ClickHouse format ``fmt``."""
+        text_params = {k: param_text(v) for k, v in (params or {}).items()}
+        with self.lock:
+            try:
+                result = self.session.query(sql, fmt, params=text_params or None)
+            except Exception as exc:  # chdb raises RuntimeError or ChdbError
+                raise LedgerError(str(exc)) from None
+        return bytes(result.bytes()) if result is not None else b""
+
+    def query(self, sql: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        text_params = {k: param_text(v) for k, v in (params or {}).items()}
+        with self.lock:
+            try:
+                table = self.session.query(sql, "ArrowTable", params=text_params or None)
+            except Exception as exc:
+                raise LedgerError(str(exc)) from None
+        if table is None or not hasattr(table, "to_pylist"):
+            return []
+        rows: list[dict[str, Any]] = table.to_pylist()
+        return rows
+
+    def insert_encoded(self, table: str, payload: bytes) -> None:
+        self.insert_format(f"INSERT INTO {table}", "JSONEachRow", [payload])
+
+    def insert_format(self, statement: str, fmt: str, chunks: list[bytes]) -> int:
+        """Stream ``chunks`` (data in ``fmt``) into ``statement`` (``INSERT INTO t (cols)``)."""
+        with self.lock:
+            try:
+                with self.session.send_insert(statement, fmt) as inserter:
+                    for chunk in chunks:
+                        inserter.append(chunk)
+                    result = inserter.finish()
+            except Exception as exc:
+                raise LedgerError(str(exc)) from None
+        return int(result.rows_written)
+
+    def close(self) -> None:
+        with self.lock:
+            if self._session is not None:
+                self._session.close()
+                self._session = None

@@ -1,0 +1,246 @@
+"""Pure mapping from contract events to ledger rows, and the counter delta tracker.
+
+``to_rows(event)`` is a pure function: one event in, ``(table, row)`` pairs out, no I/O and
+no clock. A ``Counters`` event explodes into one ``counter_samples`` row per port sample
+(raw values only); ``CounterDeltas`` then adds the per-interval deltas using the previous
+sample of each port, which is the one piece of state the writer keeps (see
+``sql/migrations/002_events.sql`` for why deltas are computed here and not in a view).
+
+Timestamps go out as epoch seconds with a millisecond fraction (``ts / 1000``): ClickHouse
+parses that exactly into ``DateTime64(3)``, whereas an integer would be read as seconds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from schemas import (
+    COUNTER_FIELDS,
+    ActionRecord,
+    Counters,
+    DeadLetter,
+    Detection,
+    EvidenceRecord,
+    PortEvent,
+    Probe,
+    Topology,
+)
+from schemas.events import Event
+
+Row = dict[str, Any]
+TableRow = tuple[str, Row]
+
+DELTA_FIELDS: tuple[str, ...] = tuple(f"d_{name}" for name in COUNTER_FIELDS)
+_GAUGES = ("raw_ber", "effective_ber", "module_temp_c", "rx_power_dbm")
+# Extra PortSample fields a collector may carry the optic's serial number in.
+_SERIAL_KEYS = ("optic_serial", "cable_serial", "serial")
+
+# Location naming rule (documented in 002_events.sql, device_location): a switch named
+# like `leaf-su01-r3` sits in SU 1 on rail 3.
+_SU_RE = re.compile(r"(?:^|[-_.])su(\d+)(?=$|[-_.])", re.IGNORECASE)
+_RAIL_RE = re.compile(r"(?:^|[-_.])r(?:ail)?(\d+)(?=$|[-_.])", re.IGNORECASE)
+
+
+def _sec(ts_ms: int) -> float:
+    return ts_ms / 1000
+
+
+def _json(obj: Any) -> str:
+    return orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS).decode()
+
+
+def switch_location(device: str) -> tuple[int | None, int | None]:
+    """(su, rail) from a switch name such as ``leaf-su01-r3``; None where it does not say."""
+    su = _SU_RE.search(device)
+    rail = _RAIL_RE.search(device)
+    return (int(su.group(1)) if su else None, int(rail.group(1)) if rail else None)
+
+
+def dead_letter_id(dl: DeadLetter) -> str:
+    """A stable id for a dead letter: its Kafka coordinates, else a hash of what it holds."""
+    if dl.source_topic is not None and dl.partition is not None and dl.offset is not None:
+        return f"{dl.source_topic}/{dl.partition}/{dl.offset}"
+    digest = hashlib.sha256(f"{dl.reason}\x00{dl.path}\x00{dl.raw_b64}".encode()).hexdigest()
+    return f"sha256:{digest[:32]}"
+
+
+def counter_rows(event: Counters) -> list[Row]:
+    """One raw ``counter_samples`` row per port sample (deltas are added by CounterDeltas)."""
+    ts = _sec(event.ts)
+    rows: list[Row] = []
+    base = {"id": event.id, "ts": ts, "fabric": event.fabric, "source": event.source,
+            "device": event.device}
+    for sample in event.ports:
+        values = sample.__dict__
+        row = dict(base)
+        row["port"] = sample.port
+        for name in COUNTER_FIELDS:
+            row[name] = values[name]
+        for name in _GAUGES:
+            row[name] = values[name]
+        row["width"] = sample.width
+        row["speed"] = sample.speed
+        extra = sample.__pydantic_extra__
+        if extra:
+            for key in _SERIAL_KEYS:
+                serial = extra.get(key)
+                if isinstance(serial, str) and serial:
+                    row["optic_serial"] = serial
+                    break
+        rows.append(row)
+    return rows
+
+
+def topology_rows(event: Topology) -> list[TableRow]:
+    """The snapshot row, each link from both ends, and the devices' SU / rail."""
+    ts = _sec(event.ts)
+    out: list[TableRow] = [("topology_snapshots", {
+        "snapshot_id": event.id, "ts": ts, "fabric": event.fabric, "source": event.source,
+        "links": len(event.links)})]
+    located: dict[str, tuple[int | None, int | None]] = {}
+    for link in event.links:
+        for end, (dev, port, peer, peer_port) in (
+            ("a", (link.a_device, link.a_port, link.b_device, link.b_port)),
+            ("b", (link.b_device, link.b_port, link.a_device, link.a_port)),
+        ):
+            out.append(("topology_links", {
+                "snapshot_id": event.id, "ts": ts, "fabric": event.fabric, "device": dev,
+                "port": port, "peer_device": peer, "peer_port": peer_port,
+                "width": link.width, "speed": link.speed, "end": end}))
+            if "/" not in dev:
+                located.setdefault(dev, switch_location(dev))
+    # Host HCAs (`node0042/mlx5_3`) take the SU and rail of the leaf they are cabled to.
+    for link in event.links:
+        for dev, peer in ((link.a_device, link.b_device), (link.b_device, link.a_device)):
+            if "/" in dev and dev not in located:
+                su, rail = located.get(peer, (None, None))
+                if su is not None or rail is not None:
+                    located[dev] = (su, rail)
+    for dev, (su, rail) in sorted(located.items()):
+        if su is not None or rail is not None:
+            out.append(("device_location", {"fabric": event.fabric, "device": dev, "su": su,
+                                             "rail": rail, "ts": ts}))
+    return out
+
+
+def to_rows(event: Event | DeadLetter) -> list[TableRow]:
+    """Every ledger row ``event`` maps to, as ``(table, row)`` pairs. Pure."""
+    if isinstance(event, Counters):
+        return [("counter_samples", row) for row in counter_rows(event)]
+    if isinstance(event, DeadLetter):
+        return [("dead_letters", {
+            "id": dead_letter_id(event), "ts": _sec(event.ts), "reason": event.reason,
+            "path": event.path, "source_topic": event.source_topic,
+            "partition": event.partition, "offset": event.offset, "raw_b64": event.raw_b64})]
+    common = {"id": event.id, "ts": _sec(event.ts), "fabric": event.fabric,
+              "source": event.source}
+    if isinstance(event, PortEvent):
+        return [("port_events", {**common, "device": event.device, "port": event.port,
+                                 "state": event.state, "trap": event.trap,
+                                 "phys_state": event.phys_state, "reason": event.reason})]
+    if isinstance(event, Probe):
+        return [("probes", {**common, "probe": event.probe, "src": event.src,
+                            "dst": event.dst, "rail": event.rail,
+                            "size_bytes": event.size_bytes, "bw_gbps": event.bw_gbps,
+                            "baseline_gbps": event.baseline_gbps})]
+    if isinstance(event, Topology):
+        return topology_rows(event)
+    if isinstance(event, Detection):
+        return [("detections", {**common, "device": event.device, "port": event.port,
+                                "detection": event.detection.value,
+                                "severity": event.severity.value,
+                                "action": event.action.value, "episode": event.episode,
+                                "evidence": _json(event.evidence)})]
+    if isinstance(event, ActionRecord):
+        return [("actions", {**common, "device": event.device, "port": event.port,
+                             "workflow_id": event.workflow_id, "step": event.step,
+                             "actor": event.actor, "outcome": event.outcome,
+                             "before": None if event.before is None else _json(event.before),
+                             "after": None if event.after is None else _json(event.after),
+                             "note": event.note, "dry_run": int(event.dry_run)})]
+    if isinstance(event, EvidenceRecord):
+        return [("evidence", {**common, "device": event.device, "port": event.port,
+                              "workflow_id": event.workflow_id, "tool": event.tool,
+                              "output": event.output, "exit_code": event.exit_code})]
+    raise TypeError(f"no ledger table for {type(event).__name__}")
+
+
+@dataclass
+class _Last:
+    ts: float
+    values: list[int | None]
+
+
+@dataclass
+class CounterDeltas:
+    """Per-port previous sample, and the deltas of each new one against it.
+
+    A decrease is a reset: the delta is the new value (it counted from zero) and the
+    counter's bit (index in COUNTER_FIELDS) is set in ``reset_mask``. A counter that was not
+    reported before has delta 0. A sample at or before the port's last one is a replay (or
+    too late to give a meaningful delta) and is dropped: that keeps sums over deltas exact
+    when at-least-once delivery replays a batch.
+    """
+
+    last: dict[tuple[str, str, int], _Last] = field(default_factory=dict)
+    seeded: set[str] = field(default_factory=set)
+    dropped: int = 0
+
+    def seed(self, fabric: str, rows: Iterable[Mapping[str, Any]]) -> None:
+        """Load last samples (rows of counter_last: fabric, device, port, ts as seconds)."""
+        for row in rows:
+            key = (row["fabric"], row["device"], int(row["port"]))
+            ts = float(row["ts"])
+            current = self.last.get(key)
+            if current is None or ts > current.ts:
+                self.last[key] = _Last(ts, [row.get(name) for name in COUNTER_FIELDS])
+        self.seeded.add(fabric)
+
+    def forget(self, fabric: str) -> None:
+        """Drop what is known of ``fabric`` (after a failed insert: reseed from the ledger)."""
+        self.seeded.discard(fabric)
+        for key in [k for k in self.last if k[0] == fabric]:
+            del self.last[key]
+
+    def apply(self, rows: list[Row]) -> Iterator[Row]:
+        """Add deltas to raw rows in event-time order per port; yield the rows to insert."""
+        rows = sorted(rows, key=lambda r: r["ts"])
+        last = self.last
+        fields = COUNTER_FIELDS
+        delta_names = DELTA_FIELDS
+        for row in rows:
+            key = (row["fabric"], row["device"], row["port"])
+            ts = row["ts"]
+            values = [row[name] for name in fields]
+            prev = last.get(key)
+            if prev is None:
+                row["interval_ms"] = 0
+                row["reset_mask"] = 0
+                for name in delta_names:
+                    row[name] = 0
+            else:
+                if ts <= prev.ts:
+                    self.dropped += 1
+                    continue
+                row["interval_ms"] = round((ts - prev.ts) * 1000)
+                mask = 0
+                for i, (cur, old) in enumerate(zip(values, prev.values, strict=True)):
+                    if cur is None or old is None:
+                        row[delta_names[i]] = 0
+                    elif cur >= old:
+                        row[delta_names[i]] = cur - old
+                    else:
+                        row[delta_names[i]] = cur
+                        mask |= 1 << i
+                row["reset_mask"] = mask
+                # A counter not reported in this sample keeps its last known value.
+                values = [old if cur is None else cur
+                          for cur, old in zip(values, prev.values, strict=True)]
+            last[key] = _Last(ts, values)
+            yield row

@@ -1,0 +1,76 @@
+"""The server ledger: any ClickHouse server (or cluster) over clickhouse-connect's HTTP client.
+
+Selected by one URL setting, ``clickhouse_url`` (``http[s]://user:password@host:port/db``).
+Writes send the same JSONEachRow bytes the embedded backend inserts (``raw_insert``), so
+both backends share one row mapping. The embedded ledger's own HTTP endpoint
+(``ledger.http``) is a server in this sense too: the CLI reaches a running worker's ledger
+through this class.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+import clickhouse_connect
+from clickhouse_connect.driver.client import Client
+from clickhouse_connect.driver.exceptions import ClickHouseError
+
+from ledger.base import LedgerBase, LedgerError
+
+
+def _client(url: str, *, database: str | None, compress: bool) -> Client:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise LedgerError(f"clickhouse_url must be http(s)://host:port/database, got "
+                          f"scheme {parts.scheme!r}")
+    return clickhouse_connect.get_client(
+        host=parts.hostname,
+        port=parts.port or (8443 if parts.scheme == "https" else 8123),
+        username=unquote(parts.username) if parts.username else "default",
+        password=unquote(parts.password) if parts.password else "",
+        database=database or "__default__",
+        secure=parts.scheme == "https",
+        compress=compress,
+        autogenerate_session_id=False,
+    )
+
+
+class ServerLedger(LedgerBase):
+    """The ledger in a ClickHouse server reached at ``url``."""
+
+    def __init__(self, url: str, *, retention_days: int = 400,
+                 raw_counter_retention_days: int = 35, compress: bool = True,
+                 create_database: bool = False) -> None:
+        super().__init__(retention_days, raw_counter_retention_days)
+        database = urlsplit(url).path.strip("/") or None
+        try:
+            if database and create_database:
+                bootstrap = _client(url, database=None, compress=compress)
+                bootstrap.command(f"CREATE DATABASE IF NOT EXISTS `{database}`")
+                bootstrap.close()
+            self.client = _client(url, database=database, compress=compress)
+        except ClickHouseError as exc:
+            raise LedgerError(f"cannot reach the ClickHouse ledger: {exc}") from None
+
+    def execute(self, sql: str) -> None:
+        try:
+            self.client.command(sql)
+        except ClickHouseError as exc:
+            raise LedgerError(str(exc)) from None
+
+    def query(self, sql: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        try:
+            result = self.client.query(sql, parameters=params or None)
+        except ClickHouseError as exc:
+            raise LedgerError(str(exc)) from None
+        return list(result.named_results())
+
+    def insert_encoded(self, table: str, payload: bytes) -> None:
+        try:
+            self.client.raw_insert(table, insert_block=payload, fmt="JSONEachRow")
+        except ClickHouseError as exc:
+            raise LedgerError(str(exc)) from None
+
+    def close(self) -> None:
+        self.client.close()
