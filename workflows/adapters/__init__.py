@@ -1,0 +1,1 @@
+"""Adapters behind the runbook's Protocols: simulator, UFM, SONiC, Kubernetes, ticket webhook, sinks."""

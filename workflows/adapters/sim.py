@@ -1,0 +1,147 @@
+"""The simulator adapter: the default controller, which closes the loop on one machine.
+
+Wraps ``sim.controller.SimController(state_dir)`` (isolate / unisolate / reset_counters /
+repair_step / is_isolated, state in a JSON file). The simulator is synchronous and keeps its
+state in a file, so calls go through one lock in a thread: two activities never interleave a
+read-modify-write of that file. ``SimChecker`` judges return-to-service checks from what the
+simulator says about the port: the last repair result (kept in this adapter's own small JSON
+file beside the simulator's, so a worker restart keeps it) or the simulator's own health view
+where it offers one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+from workflows.adapters.base import CheckOutcome, ToolOutput
+from workflows.remediation.models import PortRef
+
+T = TypeVar("T")
+
+
+class SimLike(Protocol):
+    """What the runbook uses of the simulator's controller (issue 5's pinned interface)."""
+
+    def isolate(self, device: str, port: int) -> Any: ...
+
+    def unisolate(self, device: str, port: int) -> Any: ...
+
+    def reset_counters(self, device: str, port: int) -> Any: ...
+
+    def repair_step(self, device: str, port: int, rung: str) -> bool: ...
+
+    def is_isolated(self, device: str, port: int) -> bool: ...
+
+
+def open_sim_controller(state_dir: Path) -> SimLike:
+    """The simulator's controller on ``state_dir`` (imported late: the sim is optional)."""
+    from sim.controller import SimController
+
+    controller: SimLike = SimController(state_dir)
+    return controller
+
+
+class SimControllerAdapter:
+    """``Controller`` over the simulator; remembers repair results for ``SimChecker``."""
+
+    name = "sim"
+
+    def __init__(self, controller: SimLike, state_dir: Path) -> None:
+        self._sim = controller
+        self._lock = asyncio.Lock()
+        state_dir.mkdir(parents=True, exist_ok=True)
+        self._repairs_path = state_dir / "runbook-sim-repairs.json"
+
+    async def _call(self, fn: Callable[[], T]) -> T:
+        async with self._lock:
+            return await asyncio.to_thread(fn)
+
+    async def isolate(self, port: PortRef) -> bool:
+        def op() -> bool:
+            if self._sim.is_isolated(port.device, port.port):
+                return False
+            self._sim.isolate(port.device, port.port)
+            return True
+        return await self._call(op)
+
+    async def unisolate(self, port: PortRef) -> bool:
+        def op() -> bool:
+            if not self._sim.is_isolated(port.device, port.port):
+                return False
+            self._sim.unisolate(port.device, port.port)
+            return True
+        return await self._call(op)
+
+    async def is_isolated(self, port: PortRef) -> bool:
+        return await self._call(lambda: bool(self._sim.is_isolated(port.device, port.port)))
+
+    async def reset_counters(self, port: PortRef) -> None:
+        await self._call(lambda: self._sim.reset_counters(port.device, port.port))
+
+    async def repair_step(self, port: PortRef, rung: str) -> bool | None:
+        def op() -> bool:
+            fixed = bool(self._sim.repair_step(port.device, port.port, rung))
+            repairs = self._load_repairs()
+            repairs[port.key] = {"rung": rung, "fixed": fixed}
+            tmp = self._repairs_path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(repairs, sort_keys=True), encoding="utf-8")
+            os.replace(tmp, self._repairs_path)  # atomic: a crash leaves the old or the new file
+            return fixed
+        return await self._call(op)
+
+    def _load_repairs(self) -> dict[str, dict[str, Any]]:
+        try:
+            data = json.loads(self._repairs_path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    async def last_repair(self, port: PortRef) -> dict[str, Any] | None:
+        return await self._call(lambda: self._load_repairs().get(port.key))
+
+    async def health(self, port: PortRef) -> bool | None:
+        """The simulator's own view of the port (True healthy), where it offers one."""
+        probe = getattr(self._sim, "is_healthy", None)
+        if probe is None:
+            return None
+        return await self._call(lambda: bool(probe(port.device, port.port)))
+
+
+class SimChecker:
+    """Return-to-service checks against the simulator.
+
+    A check passes when the simulator says the port is healthy, or (where it has no health
+    view) when the last repair rung on it reported the fault fixed.
+    """
+
+    def __init__(self, adapter: SimControllerAdapter) -> None:
+        self._adapter = adapter
+
+    async def run(self, check: str, port: PortRef, since_ms: int) -> CheckOutcome:
+        healthy = await self._adapter.health(port)
+        repair = await self._adapter.last_repair(port)
+        if healthy is None:
+            healthy = bool(repair and repair.get("fixed"))
+        detail = f"{check} on {port.key}: {'clean' if healthy else 'still faulty'} (simulator)"
+        return CheckOutcome(passed=healthy, detail=detail,
+                            measured={"since_ms": since_ms, "last_repair": repair})
+
+
+class SimEvidence:
+    """Evidence from the simulator: what it reports about the port, as a tool output."""
+
+    def __init__(self, adapter: SimControllerAdapter) -> None:
+        self._adapter = adapter
+
+    async def capture(self, port: PortRef) -> list[ToolOutput]:
+        isolated = await self._adapter.is_isolated(port)
+        health = await self._adapter.health(port)
+        text = json.dumps({"device": port.device, "port": port.port, "isolated": isolated,
+                           "healthy": health, "peer": f"{port.peer_device}:{port.peer_port}"},
+                          sort_keys=True)
+        return [ToolOutput(tool="sim_port_state", output=text, exit_code=0)]

@@ -1,0 +1,93 @@
+"""NVIDIA UFM Enterprise REST controller: isolation through UFM's unhealthy-ports API.
+
+As NVIDIA documents it (UFM Enterprise REST API Guide, "Unhealthy Ports REST API"):
+
+* list: ``GET /ufmRest/app/unhealthy_ports`` -> ``[{"UnhealthyGUID": "248a0703002e628e",
+  "UnhealthyPortNumber": 1, ...}]``;
+* isolate: ``PUT /ufmRestV2/app/unhealthy_ports`` with ``{"ports": ["<guid>_<port>"],
+  "ports_policy": "UNHEALTHY", "action": "isolate"}``;
+* de-isolate: the same with ``"ports_policy": "HEALTHY"``.
+
+UFM identifies a port by its node GUID (16 hex digits, no ``0x``) and port number. Every
+change first lists the unhealthy ports, so a retried isolate that already took effect does
+nothing and says so. Basic auth from the settings' secrets; the password is never logged.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import aiohttp
+from pydantic import SecretStr
+
+from workflows.adapters.base import AdapterError, AdapterRejected
+from workflows.adapters.http import RestClient
+from workflows.remediation.models import PortRef
+
+_GUID = re.compile(r"^(?:0x)?([0-9a-fA-F]{1,16})$")
+LIST_PATH = "/ufmRest/app/unhealthy_ports"
+CHANGE_PATH = "/ufmRestV2/app/unhealthy_ports"
+
+
+def ufm_port_name(port: PortRef) -> str:
+    """``<guid>_<port>`` as UFM names ports; refuses a port without a valid GUID."""
+    if port.guid is None:
+        raise AdapterRejected(f"{port.key}: UFM needs the node GUID of the port (none known)")
+    m = _GUID.match(port.guid.strip())
+    if m is None:
+        raise AdapterRejected(f"{port.key}: {port.guid!r} is not a node GUID")
+    if not 1 <= port.port <= 255:
+        raise AdapterRejected(f"{port.key}: port {port.port} is not an InfiniBand port number")
+    return f"{m.group(1).lower().zfill(16)}_{port.port}"
+
+
+class UfmController:
+    name = "ufm"
+
+    def __init__(self, base_url: str, username: str, password: SecretStr, *,
+                 verify_tls: bool = True, timeout_s: float = 30.0) -> None:
+        self._rest = RestClient(
+            base_url, auth=aiohttp.BasicAuth(username, password.get_secret_value()),
+            timeout_s=timeout_s, verify_tls=verify_tls,
+            headers={"Content-Type": "application/json"})
+
+    async def aclose(self) -> None:
+        await self._rest.close()
+
+    async def unhealthy(self) -> set[str]:
+        data: Any = await self._rest.request("GET", LIST_PATH)
+        if not isinstance(data, list):
+            raise AdapterError(f"GET {LIST_PATH}: expected a list, got {type(data).__name__}")
+        names: set[str] = set()
+        for entry in data:
+            if isinstance(entry, dict) and "UnhealthyGUID" in entry:
+                guid = str(entry["UnhealthyGUID"]).lower().removeprefix("0x").zfill(16)
+                names.add(f"{guid}_{int(entry.get('UnhealthyPortNumber', 0))}")
+        return names
+
+    async def is_isolated(self, port: PortRef) -> bool:
+        return ufm_port_name(port) in await self.unhealthy()
+
+    async def isolate(self, port: PortRef) -> bool:
+        name = ufm_port_name(port)
+        if name in await self.unhealthy():
+            return False
+        await self._rest.request("PUT", CHANGE_PATH, json_body={
+            "ports": [name], "ports_policy": "UNHEALTHY", "action": "isolate"})
+        return True
+
+    async def unisolate(self, port: PortRef) -> bool:
+        name = ufm_port_name(port)
+        if name not in await self.unhealthy():
+            return False
+        await self._rest.request("PUT", CHANGE_PATH, json_body={
+            "ports": [name], "ports_policy": "HEALTHY"})
+        return True
+
+    async def reset_counters(self, port: PortRef) -> None:
+        # UFM keeps counter deltas itself; the clean-counter check reads deltas since a time.
+        return None
+
+    async def repair_step(self, port: PortRef, rung: str) -> bool | None:
+        return None  # a physical repair: the technician's word is the record

@@ -1,0 +1,241 @@
+"""The remediation runbook's side effects, as methods of a class that receives its clients.
+
+Each activity is idempotent: controller changes first look at the current state (a retry
+after a crash finds the port already isolated and does nothing), tickets are keyed by the
+workflow id, and every record has a deterministic id that the ledger deduplicates. In shadow
+mode the changing activities touch nothing and return what they would have done.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from typing import Any
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from schemas.events import Action, ActionRecord, Detection, DetectionKind, EvidenceRecord, Severity
+from workflows.adapters.base import (
+    AdapterRejected,
+    Checker,
+    Controller,
+    EvidenceSource,
+    NodeFencer,
+    RecordSink,
+    Ticketing,
+)
+from workflows.remediation.models import (
+    BreakerInput,
+    BreakerResult,
+    CheckInput,
+    CheckResult,
+    ControlInput,
+    ControlResult,
+    EvidenceInput,
+    EvidenceItem,
+    EvidenceResult,
+    PortRef,
+    RecordInput,
+    RecordResult,
+    RepairInput,
+    RepairResult,
+    TicketInput,
+    TicketResult,
+)
+
+SOURCE = "fabricwatch"
+EXCERPT_LINES = 12
+
+
+def _rejected(exc: AdapterRejected) -> ApplicationError:
+    # A refusal for good (bad port, no permission): retrying cannot help, a human must look.
+    return ApplicationError(str(exc), type="AdapterRejected", non_retryable=True)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class FabricActivities:
+    """Activities of ``PortRemediation``; one instance per worker, clients injected."""
+
+    def __init__(self, *, records: RecordSink, controller: Controller, evidence: EvidenceSource,
+                 checker: Checker, fencer: NodeFencer, ticketing: Ticketing) -> None:
+        self.records = records
+        self.controller = controller
+        self.evidence = evidence
+        self.checker = checker
+        self.fencer = fencer
+        self.ticketing = ticketing
+
+    # --- records --------------------------------------------------------------------------
+
+    @activity.defn(name="record_action")
+    async def record_action(self, inp: RecordInput) -> RecordResult:
+        rec = ActionRecord(
+            id=inp.record_id, ts=inp.ts, fabric=inp.port.fabric, source=SOURCE,
+            device=inp.port.device, port=inp.port.port, workflow_id=inp.workflow_id,
+            step=inp.step, actor=inp.actor, outcome=inp.outcome, before=inp.before,
+            after=inp.after, note=inp.note, dry_run=inp.dry_run)
+        return RecordResult(written=await self.records.write([rec]))
+
+    # --- evidence ---------------------------------------------------------------------------
+
+    @activity.defn(name="capture_evidence")
+    async def capture_evidence(self, inp: EvidenceInput) -> EvidenceResult:
+        activity.heartbeat("capturing")
+        try:
+            outputs = await self.evidence.capture(inp.port)
+        except AdapterRejected as exc:
+            raise _rejected(exc) from None
+        activity.heartbeat("storing")
+        records = []
+        items = []
+        for out in outputs:
+            digest = hashlib.sha256(out.output.encode()).hexdigest()[:12]
+            records.append(EvidenceRecord(
+                id=f"{inp.workflow_id}/evidence/{inp.ts}/{out.tool}", ts=inp.ts,
+                fabric=inp.port.fabric, source=SOURCE, device=inp.port.device,
+                port=inp.port.port, workflow_id=inp.workflow_id, tool=out.tool,
+                output=out.output, exit_code=out.exit_code))
+            lines = out.output.splitlines()
+            items.append(EvidenceItem(tool=out.tool, exit_code=out.exit_code,
+                                      bytes=len(out.output.encode()),
+                                      excerpt="\n".join(lines[:EXCERPT_LINES]) + (
+                                          f"\n[sha256 {digest}]" if len(lines) > EXCERPT_LINES
+                                          else "")))
+        if records:
+            await self.records.write(records)
+        return EvidenceResult(items=items)
+
+    # --- controller -------------------------------------------------------------------------
+
+    async def _state(self, port: PortRef) -> dict[str, Any]:
+        return {"isolated": await self.controller.is_isolated(port),
+                "controller": self.controller.name}
+
+    @activity.defn(name="isolate_port")
+    async def isolate_port(self, inp: ControlInput) -> ControlResult:
+        try:
+            before = await self._state(inp.port)
+            if inp.dry_run:
+                return ControlResult(changed=False, before=before,
+                                     detail=f"would isolate {inp.port.key} via "
+                                            f"{self.controller.name}")
+            changed = await self.controller.isolate(inp.port)
+            after = await self._state(inp.port)
+        except AdapterRejected as exc:
+            raise _rejected(exc) from None
+        return ControlResult(changed=changed, before=before, after=after,
+                             detail="isolated" if changed else "was already isolated")
+
+    @activity.defn(name="unisolate_port")
+    async def unisolate_port(self, inp: ControlInput) -> ControlResult:
+        try:
+            before = await self._state(inp.port)
+            if inp.dry_run:
+                return ControlResult(changed=False, before=before,
+                                     detail=f"would return {inp.port.key} to service")
+            changed = await self.controller.unisolate(inp.port)
+            after = await self._state(inp.port)
+        except AdapterRejected as exc:
+            raise _rejected(exc) from None
+        return ControlResult(changed=changed, before=before, after=after,
+                             detail="returned to service" if changed else "was not isolated")
+
+    @activity.defn(name="reset_counters")
+    async def reset_counters(self, inp: ControlInput) -> ControlResult:
+        if inp.dry_run:
+            return ControlResult(changed=False, detail="would reset counters")
+        try:
+            await self.controller.reset_counters(inp.port)
+        except AdapterRejected as exc:
+            raise _rejected(exc) from None
+        return ControlResult(changed=True, detail="counters reset")
+
+    @activity.defn(name="repair_step")
+    async def repair_step(self, inp: RepairInput) -> RepairResult:
+        try:
+            return RepairResult(fixed=await self.controller.repair_step(inp.port, inp.rung))
+        except AdapterRejected as exc:
+            raise _rejected(exc) from None
+
+    # --- node fencing -------------------------------------------------------------------
+
+    @activity.defn(name="fence_node")
+    async def fence_node(self, inp: ControlInput) -> ControlResult:
+        if inp.port.node is None:
+            return ControlResult(changed=False, detail="no node behind this port")
+        if inp.dry_run:
+            return ControlResult(changed=False, detail=f"would label and taint {inp.port.node} "
+                                                       f"rail {inp.port.rail}")
+        try:
+            changed = await self.fencer.fence(inp.port.node, inp.port.rail,
+                                              f"{inp.port.key} isolated by {inp.workflow_id}")
+        except AdapterRejected as exc:
+            raise _rejected(exc) from None
+        return ControlResult(changed=changed, after={"node": inp.port.node, "rail": inp.port.rail},
+                             detail="labelled and tainted" if changed else "already fenced")
+
+    @activity.defn(name="unfence_node")
+    async def unfence_node(self, inp: ControlInput) -> ControlResult:
+        if inp.port.node is None:
+            return ControlResult(changed=False, detail="no node behind this port")
+        if inp.dry_run:
+            return ControlResult(changed=False, detail=f"would remove label and taint of "
+                                                       f"{inp.port.node} rail {inp.port.rail}")
+        try:
+            changed = await self.fencer.unfence(inp.port.node, inp.port.rail)
+        except AdapterRejected as exc:
+            raise _rejected(exc) from None
+        return ControlResult(changed=changed, detail="label and taint removed" if changed
+                             else "was not fenced")
+
+    # --- checks -----------------------------------------------------------------------
+
+    @activity.defn(name="run_check")
+    async def run_check(self, inp: CheckInput) -> CheckResult:
+        if inp.dry_run:
+            return CheckResult(check=inp.check, passed=True, detail="would run")
+        activity.heartbeat(inp.check)
+        try:
+            out = await self.checker.run(inp.check, inp.port, inp.since_ms)
+        except AdapterRejected as exc:
+            raise _rejected(exc) from None
+        return CheckResult(check=inp.check, passed=out.passed, detail=out.detail,
+                           measured=dict(out.measured))
+
+    # --- tickets and pages ---------------------------------------------------------------
+
+    @activity.defn(name="ticket")
+    async def ticket(self, inp: TicketInput) -> TicketResult:
+        if inp.dry_run:
+            return TicketResult(ticket_id=None, detail=f"would {inp.op}: {inp.summary}")
+        details = {"port": inp.port.model_dump(mode="json"), **inp.details}
+        try:
+            fn = {"open": self.ticketing.open, "update": self.ticketing.update,
+                  "close": self.ticketing.close, "page": self.ticketing.page}[inp.op]
+            ticket_id = await fn(inp.workflow_id, inp.summary, details)
+        except AdapterRejected as exc:
+            raise _rejected(exc) from None
+        return TicketResult(ticket_id=ticket_id, detail=inp.op)
+
+    @activity.defn(name="open_breaker")
+    async def open_breaker(self, inp: BreakerInput) -> BreakerResult:
+        """Publish/record a ``breaker_open`` detection and page a human."""
+        det_id = f"{inp.workflow_id}/breaker/{inp.detection.id}"
+        det = Detection(
+            id=det_id, ts=inp.ts, fabric=inp.port.fabric, source=SOURCE,
+            device=inp.port.device, port=inp.port.port, detection=DetectionKind.BREAKER_OPEN,
+            severity=Severity.CRITICAL, action=Action.PAGE, episode=inp.detection.episode,
+            evidence={"reason": inp.reason, "su": inp.port.su, "workflow_id": inp.workflow_id,
+                      "original": inp.detection.detection, "dry_run": inp.dry_run})
+        await self.records.write([det])
+        if inp.dry_run:
+            return BreakerResult(detection_id=det_id, paged=False)
+        await self.ticketing.page(inp.workflow_id, f"breaker open: {inp.reason}", {
+            "port": inp.port.model_dump(mode="json"), "detection": inp.detection.detection,
+            "approve": f"fabricwatch runbook approve {inp.workflow_id}",
+            "abort": f"fabricwatch runbook abort {inp.workflow_id}"})
+        return BreakerResult(detection_id=det_id, paged=True)
