@@ -406,6 +406,10 @@ def _link_rails(a: End, b: End, rail_of: Mapping[End, _Rail]) -> dict[str, tuple
     return {node: tuple(sorted(rs)) for node, rs in out.items()}
 
 
+def _and(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
 def _cost(rails: Mapping[str, tuple[int, ...]], what: str) -> str:
     return f"; {what} {_rails_text(rails)}" if rails else ""
 
@@ -419,10 +423,10 @@ def _miswire(link: PlanLink, a: End, b: End, pa: End | None, pb: End | None,
         rails = {node: tuple(sorted(r)) for node, r in group_rails.items()}
         cables = [g.cable_id for g in group]
         if all(cables):
-            what = "cables " + ", ".join(str(c) for c in cables)
+            what = "cables " + _and([str(c) for c in cables])
         else:
-            what = f"the {len(group)} cables at " + ", ".join(
-                f"{end_text(g.a)}/{end_text(g.b)}" for g in group)
+            what = f"the {len(group)} cables at " + _and(
+                [f"{end_text(g.a)}/{end_text(g.b)}" for g in group])
         # In a permutation every planned end is cabled (to another end of the group).
         on = end_text(pa) if pa is not None else "nothing"
         explanation = (f"swapped: {end_text(a)} is on {on} but belongs on {end_text(b)}; "
