@@ -344,9 +344,9 @@ class Fabric:
             peer = peers.get((hca.device, 1))
             if peer is not None:
                 pdev, pport, link = peer
-                sw = self._devices[pdev]
-                out.append(f'[1]({hca.port_guid:x}) \t"S-{sw.guid:016x}"[{pport}]'
-                           f'\t\t# lid {hca.lid} lmc 0 "{sw.description}" lid {sw.lid} '
+                up = self._devices[pdev]
+                out.append(f'[1]({hca.port_guid:x}) \t"S-{up.guid:016x}"[{pport}]'
+                           f'\t\t# lid {hca.lid} lmc 0 "{up.description}" lid {up.lid} '
                            f"{_rate(link)}")
             out.append("")
         return "\n".join(out)

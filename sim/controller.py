@@ -1,0 +1,230 @@
+"""The simulated fabric controller: what the runbook's adapter calls instead of UFM or opensm.
+
+``SimController(state_dir)`` keeps its state in ``state_dir/sim-controller.json`` and is the
+command channel between processes: the runbook's worker isolates, un-isolates, resets and
+repairs through it; the running simulator (``sim.run``) re-reads the file each step and
+changes what it emits (an isolated port goes down and stays down, carries no traffic and
+stops flapping; a reset zeroes the port's counters; a successful repair clears the faults
+on that cable).
+
+Every command is idempotent, because Temporal retries activities: isolating an isolated
+port changes nothing, and a repair step asked twice for the same rung in the same
+isolation episode returns the answer it gave the first time. Whether a rung fixes the
+fault is drawn from a seeded hash of (seed, port, rung, episode), so runs are repeatable;
+the chance per rung is configurable. Writes are atomic (temp file + rename) under an
+exclusive lock so several worker threads or processes can share one state folder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+STATE_FILE = "sim-controller.json"
+LOCK_FILE = "sim-controller.lock"
+STATE_VERSION = 1
+# Rough field experience: a reseat fixes about half of bad links, a new optic or cable
+# most of the rest, a different switch port nearly all. Configurable per controller.
+DEFAULT_FIX_CHANCE: dict[str, float] = {
+    "clean-and-reseat": 0.5,
+    "swap-optic": 0.6,
+    "swap-cable": 0.75,
+    "swap-switch-port": 0.95,
+}
+DEFAULT_UNKNOWN_RUNG_CHANCE = 0.5
+
+
+class ControllerError(ValueError):
+    """A command with arguments that cannot name a port, or an unreadable state file."""
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerView:
+    """A read-only snapshot of the controller state, for the simulator's step."""
+
+    isolated: frozenset[str]
+    resets: Mapping[str, int]  # port key -> reset sequence number (grows by 1 per reset)
+    repaired: Mapping[str, int]  # port key -> wall ms of the last successful repair
+    serial: int  # grows by one with every change
+
+
+def _key(device: str, port: int) -> str:
+    if not isinstance(device, str) or not device or any(ord(c) < 0x20 for c in device):
+        raise ControllerError(f"bad device name {device!r}")
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 1024:
+        raise ControllerError(f"bad port {port!r} (expected an integer 0..1024)")
+    return f"{device}:{port}"
+
+
+def _empty() -> dict[str, Any]:
+    return {"version": STATE_VERSION, "serial": 0, "isolated": {}, "epochs": {},
+            "resets": {}, "repairs": {}, "repaired": {}}
+
+
+class SimController:
+    """Isolate / un-isolate / reset counters / repair steps on the simulated fabric."""
+
+    def __init__(self, state_dir: Path, *, fix_chance: Mapping[str, float] | None = None,
+                 seed: int = 0, clock: Callable[[], float] = time.time) -> None:
+        self.state_dir = Path(state_dir)
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.path = self.state_dir / STATE_FILE
+        self._lock_path = self.state_dir / LOCK_FILE
+        chances = dict(DEFAULT_FIX_CHANCE)
+        chances.update(fix_chance or {})
+        for rung, chance in chances.items():
+            if not 0.0 <= chance <= 1.0:
+                raise ControllerError(f"fix chance of rung {rung!r} must be in 0..1")
+        self.fix_chance = chances
+        self.seed = seed
+        self._clock = clock
+        self._cache: tuple[int, int, dict[str, Any]] | None = None  # (mtime_ns, size, state)
+
+    # -- commands --------------------------------------------------------------------------
+
+    def isolate(self, device: str, port: int) -> bool:
+        """Take the port out of service. Returns True if it was not isolated before."""
+        key = _key(device, port)
+        with self._update() as state:
+            if key in state["isolated"]:
+                return False
+            epoch = int(state["epochs"].get(key, 0)) + 1
+            state["epochs"][key] = epoch
+            state["isolated"][key] = {"since_ms": self._now_ms(), "epoch": epoch}
+            return True
+
+    def unisolate(self, device: str, port: int) -> bool:
+        """Return the port to service. Returns True if it was isolated."""
+        key = _key(device, port)
+        with self._update() as state:
+            return state["isolated"].pop(key, None) is not None
+
+    def reset_counters(self, device: str, port: int) -> int:
+        """Ask for the port's counters to be zeroed; returns the reset sequence number."""
+        key = _key(device, port)
+        with self._update() as state:
+            seq = int(state["resets"].get(key, 0)) + 1
+            state["resets"][key] = seq
+            return seq
+
+    def repair_step(self, device: str, port: int, rung: str | int) -> bool:
+        """Carry out one rung of the repair ladder; True if it fixed the cable's fault.
+
+        The same rung asked again in the same isolation episode returns the recorded
+        answer (an activity retry must not roll the dice twice).
+        """
+        key = _key(device, port)
+        rung_name = str(rung)
+        if not rung_name or len(rung_name) > 128:
+            raise ControllerError(f"bad rung {rung!r}")
+        with self._update() as state:
+            epoch = int(state["epochs"].get(key, 0))
+            history: list[dict[str, Any]] = state["repairs"].setdefault(key, [])
+            for entry in history:
+                if entry["rung"] == rung_name and entry["epoch"] == epoch:
+                    return bool(entry["fixed"])
+            fixed = self._draw(key, rung_name, epoch) < self.chance(rung_name)
+            now = self._now_ms()
+            history.append({"rung": rung_name, "epoch": epoch, "fixed": fixed, "ts_ms": now})
+            if fixed:
+                state["repaired"][key] = now
+            return fixed
+
+    def is_isolated(self, device: str, port: int) -> bool:
+        return _key(device, port) in self._read()["isolated"]
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def chance(self, rung: str) -> float:
+        return self.fix_chance.get(rung, DEFAULT_UNKNOWN_RUNG_CHANCE)
+
+    def view(self) -> ControllerView:
+        """The current state; re-reads the file only when it changed on disk."""
+        state = self._read()
+        return ControllerView(
+            isolated=frozenset(state["isolated"]),
+            resets={k: int(v) for k, v in state["resets"].items()},
+            repaired={k: int(v) for k, v in state["repaired"].items()},
+            serial=int(state["serial"]),
+        )
+
+    def isolated_ports(self) -> list[str]:
+        return sorted(self._read()["isolated"])
+
+    def repairs(self, device: str, port: int) -> list[dict[str, Any]]:
+        return list(self._read()["repairs"].get(_key(device, port), []))
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+    def _draw(self, key: str, rung: str, epoch: int) -> float:
+        digest = hashlib.blake2b(f"{self.seed}|{key}|{rung}|{epoch}".encode(),
+                                 digest_size=8).digest()
+        return int.from_bytes(digest, "big") / 2**64
+
+    def _read(self) -> dict[str, Any]:
+        try:
+            st = self.path.stat()
+        except FileNotFoundError:
+            return _empty()
+        if self._cache is not None and self._cache[:2] == (st.st_mtime_ns, st.st_size):
+            return self._cache[2]
+        state = self._load()
+        self._cache = (st.st_mtime_ns, st.st_size, state)
+        return state
+
+    def _load(self) -> dict[str, Any]:
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            return _empty()
+        try:
+            state = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise ControllerError(f"{self.path} is not valid JSON: {exc}") from None
+        if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
+            raise ControllerError(f"{self.path} is not a version {STATE_VERSION} state file")
+        base = _empty()
+        base.update(state)
+        return base
+
+    @contextlib.contextmanager
+    def _update(self) -> Iterator[dict[str, Any]]:
+        with open(self._lock_path, "a+b") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                state = self._load()
+                before = orjson.dumps(state, option=orjson.OPT_SORT_KEYS)
+                yield state
+                if orjson.dumps(state, option=orjson.OPT_SORT_KEYS) != before:
+                    state["serial"] = int(state["serial"]) + 1
+                    self._write(state)
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def _write(self, state: dict[str, Any]) -> None:
+        data = orjson.dumps(state, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2)
+        fd, tmp = tempfile.mkstemp(prefix=".sim-controller.", dir=self.state_dir)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, self.path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+        self._cache = None
