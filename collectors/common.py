@@ -5,8 +5,11 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
 
 from collectors.errors import ParseError
+from schemas import Counters, PortSample
 
 # No tool this package reads writes lines anywhere near this long; a longer one is garbage
 # (or a file that is not the tool's output), and refusing it early keeps the regexes fast.
@@ -57,3 +60,37 @@ def guid_str(value: str | int) -> str:
     """A GUID as ``0x`` + 16 lower-case hex digits."""
     number = int(value, 16) if isinstance(value, str) else value
     return f"0x{number:016x}"
+
+
+@dataclass
+class PortValues:
+    port: int
+    values: dict[str, Any] = field(default_factory=dict)
+    bits: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class DeviceSamples:
+    name: str
+    samples: dict[int, PortValues] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def sample(self, port: int) -> PortValues:
+        return self.samples.setdefault(port, PortValues(port))
+
+
+def counters_events(devices: dict[str, DeviceSamples], *, fabric: str, ts: int, source: str,
+              kind: str) -> list[Counters]:
+    """One Counters event per device, samples sorted by port, with a content-hash id."""
+    events = []
+    for dev in devices.values():
+        ports = []
+        for port in sorted(dev.samples):
+            sample = dev.samples[port]
+            ports.append(PortSample(port=port, **sample.values,
+                                    counter_bits=dict(sample.bits) or None))
+        ident = stable_id(kind, fabric, source, dev.name, ts,
+                          *(p.model_dump_json() for p in ports))
+        events.append(Counters(id=ident, ts=ts, fabric=fabric, source=source,
+                               device=dev.name, ports=ports, **dev.extra))
+    return events

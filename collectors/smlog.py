@@ -1,0 +1,266 @@
+"""Subnet-manager logs to ``port_event``s: the opensm log and UFM's ``event.log``.
+
+Both logs stamp lines in the SM host's local time without a zone (opensm also without a
+year), so the caller must give the zone (``tz``, an IANA name such as ``Europe/Oslo``) and,
+for opensm, the year of the first line (a December -> January step rolls it over).
+
+Event ids are a hash of the fabric, the source, the line's text and which end of a link it
+describes, so a replay of the same log lines dedupes downstream.
+
+opensm lines that make events
+-----------------------------
+- ``osm_pi_rcv_process: Switch 0x<guid> port <n> changed state from ACTIVE to DOWN``
+  (verbose level): ``down`` when the new state is DOWN, ``up`` when it is ACTIVE; INIT and
+  ARMED are steps on the way and make no event. The GUID is resolved through the LidMap.
+- ``Marking unhealthy physical port by lid:<lid> num:<port>`` (verbose, after trap 129-131):
+  the SM takes the port out of use, so ``down`` with reason ``unhealthy``.
+- ``drop_mgr_remove_port: Removed port with GUID:0x.. LID range [a, b] of node:<desc>``
+  (default level): a CA port left the subnet, ``down``; ``state_mgr_report_new_ports:
+  Discovered new port with GUID:0x.. LID range [a,b] of node: <desc>``: ``up``. The LID
+  gives device and port through the LidMap. A switch's own removal is no port event.
+
+``log_trap_info: Received Generic Notice ... num:128 (Link state change) ... from LID:73``
+names the switch but neither the port nor the direction (the SM learns those only by
+sweeping), so it makes no event by itself: it is remembered, and the port changes of that
+switch logged before the next ``SUBNET UP`` carry ``trap: 128``. ``GID out of service`` /
+``GID in service`` repeat the remove / new-port lines and are not counted twice.
+
+UFM event.log
+-------------
+``<date> <time>[.ms] [<id>] [<code>] <LEVEL> [<topic>] <type> [<desc>]: <text>``. Code 329
+(``Link went down: (Switch:NAME:1/17/1)GUID:33 - (Switch:NAME2:...)GUID:8, cable S/N: ..``)
+makes a ``down`` for both ends; code 328 (link went up) an ``up`` for both; 702 (port is
+unhealthy) a ``down`` with reason ``unhealthy``. Counter alarms (110 symbol error rate, 112
+link downed counter, ...) make no port event: the counters themselves arrive on
+``fabric.counters``, and a 112 next to a 329 would count one down twice.
+
+Lines that cannot be resolved to a device (no topology given, an unknown LID) are not
+errors: they are returned as ``Unresolved`` notes so a follower can report them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, tzinfo
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from collectors.common import collapse, lines, stable_id
+from collectors.errors import ParseError
+from collectors.ibnetdiscover import NodeType, device_name
+from collectors.lidmap import LidMap
+from schemas import PortEvent
+
+_MONTHS = {m: i for i, m in enumerate(
+    ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"),
+    start=1)}
+_OSM_LINE = re.compile(
+    r"^(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)\s+(\d{1,2})\s+"
+    r"(\d{2}):(\d{2}):(\d{2})\s+(\d{6})\s+\[[0-9A-Fa-f]+\]\s+0x[0-9A-Fa-f]{2}\s+->\s?(.*)$"
+)
+_TRAP = re.compile(r"log_trap_info: Received Generic Notice type:\d+ num:(\d+) \(([^)]*)\)"
+                   r".*?from LID:(\d+)")
+_CHANGED = re.compile(r"(?:Switch|CA|Router|port)?\s*(0x[0-9A-Fa-f]+)\s+port\s+(\d+)\s+"
+                      r"changed state from\s+(\w+)\s+to\s+(\w+)")
+_UNHEALTHY = re.compile(r"Marking unhealthy physical port by lid:\s*(\d+)\s+num:\s*(\d+)")
+_REMOVED = re.compile(r"Removed port with GUID:(0x[0-9A-Fa-f]+) LID range "
+                      r"\[(0x[0-9A-Fa-f]+|\d+),\s*(0x[0-9A-Fa-f]+|\d+)\] of node:\s*(.*)$")
+_NEW_PORT = re.compile(r"Discovered new port with GUID:(0x[0-9A-Fa-f]+) LID range "
+                       r"\[(0x[0-9A-Fa-f]+|\d+),\s*(0x[0-9A-Fa-f]+|\d+)\] of node:\s*(.*)$")
+_SUBNET_UP = re.compile(r"^SUBNET UP\s*$")
+
+
+@dataclass(frozen=True)
+class Unresolved:
+    """A line that describes a port change but could not be tied to a device and port."""
+
+    line: int
+    reason: str
+    text: str
+
+
+@dataclass
+class SmLogResult:
+    events: list[PortEvent] = field(default_factory=list)
+    unresolved: list[Unresolved] = field(default_factory=list)
+    lines_read: int = 0
+
+
+def zone(tz: str | tzinfo) -> tzinfo:
+    """A tzinfo from an IANA zone name (``UTC`` included), or the tzinfo given."""
+    if isinstance(tz, tzinfo):
+        return tz
+    try:
+        return ZoneInfo(tz)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ParseError(None, None, f"unknown time zone {tz!r}; give an IANA name such as "
+                                     "UTC or Europe/Oslo") from None
+
+
+def _int(text: str) -> int:
+    return int(text, 16) if text.lower().startswith("0x") else int(text)
+
+
+def _ms(dt: datetime) -> int:
+    return int(dt.timestamp() * 1000)
+
+
+def parse_opensm_log(text: str, *, fabric: str, tz: str | tzinfo, year: int,
+                     lids: LidMap | None = None, source: str = "opensm") -> SmLogResult:
+    """opensm log text -> port events (and the change lines it could not resolve)."""
+    zone_info = zone(tz)
+    result = SmLogResult()
+    traps: dict[str, int] = {}  # device -> trap number seen since the last SUBNET UP
+    last_month = 0
+    matched_any = False
+    for number, line in lines(text):
+        result.lines_read = number
+        match = _OSM_LINE.match(line)
+        if match is None:
+            continue  # banners, notice dumps, blank lines: parts of multi-line records
+        matched_any = True
+        mon, day, hh, mm, ss, usec, message = match.groups()
+        month = _MONTHS[mon]
+        if last_month == 12 and month == 1:
+            year += 1
+        last_month = month
+        try:
+            local = datetime(year, month, int(day), int(hh), int(mm), int(ss), int(usec),
+                             tzinfo=zone_info)
+        except ValueError as exc:
+            raise ParseError(None, number, f"bad timestamp: {exc}") from None
+        ts = _ms(local)
+
+        def emit(device: str, port: int, state: str, *, trap: int | None = None,
+                 reason: str | None = None, phys: str | None = None,
+                 _number: int = number, _line: str = line, _ts: int = ts) -> None:
+            result.events.append(PortEvent(
+                id=stable_id("opensm", fabric, source, _line, device, port),
+                ts=_ts, fabric=fabric, source=source, device=device, port=port,
+                state=state, trap=trap, phys_state=phys, reason=reason))
+
+        if _SUBNET_UP.match(message.strip()):
+            traps.clear()
+            continue
+        trap = _TRAP.search(message)
+        if trap:
+            lid = int(trap.group(3))
+            device = lids.device_for_lid(lid) if lids else None
+            if device is not None:
+                traps[device] = int(trap.group(1))
+            continue
+        changed = _CHANGED.search(message)
+        if changed:
+            guid, port_s, old, new = changed.groups()
+            new_state = {"DOWN": "down", "ACTIVE": "up"}.get(new.upper())
+            if new_state is None:
+                continue
+            device = lids.device_for_guid(guid) if lids else None
+            if device is None:
+                result.unresolved.append(Unresolved(number, f"GUID {guid} is not in the "
+                                                    "topology", line))
+                continue
+            emit(device, int(port_s), new_state, trap=traps.get(device),
+                 reason=f"{old.upper()} -> {new.upper()}")
+            continue
+        unhealthy = _UNHEALTHY.search(message)
+        if unhealthy:
+            lid, port = int(unhealthy.group(1)), int(unhealthy.group(2))
+            target = lids.by_lid(lid) if lids else None
+            if target is None:
+                result.unresolved.append(Unresolved(number, f"LID {lid} is not in the "
+                                                    "topology", line))
+                continue
+            emit(target.device, port, "down", reason="unhealthy", trap=traps.get(target.device))
+            continue
+        for pattern, state in ((_REMOVED, "down"), (_NEW_PORT, "up")):
+            found = pattern.search(message)
+            if not found:
+                continue
+            guid, lid_lo, _lid_hi, _desc = found.groups()
+            target = lids.by_lid(_int(lid_lo)) if lids else None
+            if target is None:
+                result.unresolved.append(Unresolved(
+                    number, f"LID {_int(lid_lo)} (port GUID {guid}) is not in the topology",
+                    line))
+            elif target.port is not None:  # a CA port; a switch leaving is no port event
+                emit(target.device, target.port, state,
+                     reason="left the subnet" if state == "down" else "joined the subnet")
+            break
+    if not matched_any:
+        raise ParseError(None, None, "no opensm log line found ('Mon DD HH:MM:SS usec "
+                                     "[thread] 0xNN -> message')")
+    return result
+
+
+# ---------------------------------------------------------------- UFM event.log
+
+_UFM_LINE = re.compile(
+    r"^(\d{4}-\d{2}-\d{2})[ T](\d{2}:\d{2}:\d{2})(?:[.,](\d{1,6}))?\s+"
+    r"\[(\d+)\]\s+\[(\d+)\]\s+([A-Z]+)\s+\[([^\]]*)\]\s+(\S+)\s+\[(.*?)\]\s*:\s*(.*)$"
+)
+_UFM_END = re.compile(
+    r"\((Switch|Computer|Host|Gateway|Router)\s*:\s*(.*?):([0-9/]+)\)\s*(?:0x)?([0-9A-Fa-f]{16})"
+    r"\s*:\s*(\d+)"
+)
+_UFM_CODES: dict[int, tuple[str, str | None]] = {
+    329: ("down", "link went down"),
+    328: ("up", "link went up"),
+    702: ("down", "unhealthy"),
+}
+
+
+def _ufm_device(kind: str, name: str, guid: str, lids: LidMap | None) -> str:
+    if lids is not None:
+        known = lids.device_for_guid(guid)
+        if known is not None:
+            return known
+    node_type: NodeType = "switch" if kind == "Switch" else "ca"
+    text = collapse(name)
+    if node_type == "switch" and text:
+        return text  # UFM already shows the switch's NAME, not its MF0; description
+    return device_name(text, guid, node_type)
+
+
+def parse_ufm_events(text: str, *, fabric: str, tz: str | tzinfo,
+                     lids: LidMap | None = None, source: str = "ufm") -> SmLogResult:
+    """UFM ``event.log`` text -> port events for link down / up / unhealthy codes."""
+    zone_info = zone(tz)
+    result = SmLogResult()
+    matched_any = False
+    for number, line in lines(text):
+        result.lines_read = number
+        stripped = line.strip()
+        if not stripped:
+            continue
+        match = _UFM_LINE.match(stripped)
+        if match is None:
+            raise ParseError(None, number, "not a UFM event.log line (expected 'DATE TIME "
+                                           f"[id] [code] LEVEL [topic] ...'): {stripped[:80]!r}")
+        matched_any = True
+        date, clock, frac, _event_id, code_s, level, _topic, _otype, _obj, body = match.groups()
+        micro = int((frac or "0").ljust(6, "0"))
+        try:
+            local = datetime.fromisoformat(f"{date}T{clock}").replace(microsecond=micro,
+                                                                     tzinfo=zone_info)
+        except ValueError as exc:
+            raise ParseError(None, number, f"bad timestamp: {exc}") from None
+        ts = _ms(local)
+        mapping = _UFM_CODES.get(int(code_s))
+        if mapping is None:
+            continue
+        state, reason = mapping
+        ends = _UFM_END.findall(body)
+        if not ends:
+            result.unresolved.append(Unresolved(number, f"event {code_s} names no "
+                                                "(Type:NAME:label)GUID:port end", line))
+            continue
+        for index, (kind, name, _label, guid, port) in enumerate(ends):
+            device = _ufm_device(kind, name, guid, lids)
+            result.events.append(PortEvent(
+                id=stable_id("ufm", fabric, source, stripped, index),
+                ts=ts, fabric=fabric, source=source, device=device, port=int(port),
+                state=state, reason=f"{reason} (UFM {code_s} {level})"))
+    if not matched_any:
+        raise ParseError(None, None, "no UFM event.log line found")
+    return result
