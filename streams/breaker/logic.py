@@ -1,0 +1,97 @@
+"""Breaker accounting: how many ports of each SU automation has isolated or is about to.
+
+The runbook's ``IsolationBudget`` workflow enforces the budget; this keeps the same count
+from the streams so that ``breaker_open`` is a detection operators see and the ledger keeps.
+
+* A port counts as *isolated* from an ``ActionRecord`` with ``step == "isolate"`` and outcome
+  ``done`` (or ``dry_run`` in shadow mode) until one with ``step == "return"`` (or
+  ``unisolate``) and outcome ``done``/``dry_run``.
+* A detection whose action is ``isolate_port`` for a port not yet counted is a *request*.
+  The SU's budget is ``max(1, floor(maxIsolatedPortsPerSU * ports in the SU))``. A request
+  that would take the SU past it fires ``breaker_open`` for that port, once per breaker
+  episode of the port; the SU's breaker episode ends when its isolated count falls below
+  the budget again. Requests within the budget are counted as pending for
+  ``pending_ttl_ms`` (default 1 h) so a burst of detections cannot slip past together.
+* The SU of a device comes from ``su_of`` (the topology's map), else from an ``suNN``
+  token in the device name (``leaf-su01-r3``); devices with no SU are not accounted.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from typing import Any
+
+from schemas import Action, ActionRecord, Detection, DetectionKind
+from schemas.policy import Policy
+from streams.common import episode_id, make_detection
+
+_SU = re.compile(r"(?:^|[-_./])(su\d+)(?:$|[-_./])", re.IGNORECASE)
+DEFAULT_PORTS_PER_SU = 256
+PENDING_TTL_MS = 3_600_000
+
+
+def su_from_name(device: str) -> str | None:
+    m = _SU.search(device)
+    return m.group(1).lower() if m else None
+
+
+def new_state() -> dict[str, Any]:
+    return {"isolated": {}, "pending": {}, "open": {}, "episode": None}
+
+
+def budget(policy: Policy, ports_in_su: int) -> int:
+    frac = policy.fabric_health.breaker.max_isolated_ports_per_su
+    return max(1, math.floor(frac * ports_in_su))
+
+
+def step(state: dict[str, Any] | None, event: Detection | ActionRecord, policy: Policy, *,
+         su: str, ports_in_su: int = DEFAULT_PORTS_PER_SU,
+         pending_ttl_ms: int = PENDING_TTL_MS) -> tuple[dict[str, Any], list[Detection]]:
+    """Apply one detection or action record of a port in SU ``su``."""
+    st = state if state is not None else new_state()
+    key = f"{event.device}:{event.port}"
+    limit = budget(policy, ports_in_su)
+    st["pending"] = {k: t for k, t in st["pending"].items() if t > event.ts - pending_ttl_ms}
+    if isinstance(event, ActionRecord):
+        if event.outcome in ("done", "dry_run"):
+            if event.step == "isolate":
+                st["isolated"][key] = event.ts
+                st["pending"].pop(key, None)
+            elif event.step in ("return", "unisolate"):
+                st["isolated"].pop(key, None)
+                st["pending"].pop(key, None)
+        elif event.step == "budget" and event.outcome == "refused":
+            st["pending"].pop(key, None)
+        _maybe_close(st, limit)
+        return st, []
+    if event.action != Action.ISOLATE_PORT or event.detection == DetectionKind.BREAKER_OPEN:
+        return st, []
+    if key in st["isolated"] or key in st["pending"]:
+        return st, []
+    used = len(st["isolated"]) + len(st["pending"])
+    if used + 1 <= limit:
+        st["pending"][key] = event.ts
+        return st, []
+    if st["episode"] is None:
+        st["episode"] = event.ts
+    if key in st["open"]:
+        return st, []
+    eid = episode_id(DetectionKind.BREAKER_OPEN, event.device, event.port, st["episode"], su)
+    st["open"][key] = eid
+    return st, [make_detection(
+        kind=DetectionKind.BREAKER_OPEN, fabric=event.fabric, device=event.device,
+        port=event.port, ts=event.ts, action="page", episode=eid,
+        evidence={"su": su, "isolated": sorted(st["isolated"]), "pending": sorted(st["pending"]),
+                  "budget": limit, "ports_in_su": ports_in_su,
+                  "requested_by": event.episode, "requested_kind": event.detection.value})]
+
+
+def _maybe_close(st: dict[str, Any], limit: int) -> None:
+    if st["episode"] is not None and len(st["isolated"]) + len(st["pending"]) < limit:
+        st["episode"] = None
+        st["open"] = {}
+
+
+BreakerKey = Callable[[str], str | None]

@@ -1,0 +1,1 @@
+"""Counter health: resets, saturation, error rates, BER and RoCE congestion per device."""

@@ -1,0 +1,390 @@
+"""Counter health of one device's ports: resets, saturation, error rates, BER, congestion.
+
+One ``fabric.counters`` message carries a device's samples; ``CountersDetector.step`` takes
+the device's state and the message and returns the new state, the detections, and the
+``CounterDowns`` (link_downed increases) the flap detector needs. Speed matters (100,000
+port-samples/s on two cores), so the per-sample work for a healthy port is a handful of
+integer comparisons and the state of a healthy port is one short list.
+
+Semantics:
+
+* Counters are cumulative. A decrease is a reset: the new value counts from zero (the
+  delta is the new value). A sample whose ``ts`` is not after the port's last one is stale
+  or a duplicate and is skipped. Because counters are cumulative, a missed sample only
+  coarsens the next delta, it loses nothing.
+* Saturation: a legacy counter whose register is narrow (``counter_bits`` on the sample, or
+  ``LEGACY_COUNTER_BITS`` when the source is plain ``perfquery``, which reads the legacy
+  PortCounters registers) stuck at its maximum ``2**bits - 1`` is ``counter_saturated``,
+  once per episode per counter; the episode ends when the counter leaves its maximum (a
+  reset).
+* Error rates are per hour of event time over trailing windows (1 h, and for symbol errors
+  UFM's 12 min and 125 min). Deltas are attributed to the sample's ``ts`` in one-minute
+  buckets, stored only when non-zero. A rate fires ``error_rate`` when it exceeds the
+  policy threshold *and* ``baselineFactor`` times the port's own baseline (an exponentially
+  decayed rate with time constant ``baselineWindow``, before this sample), so a port with a
+  known steady noise floor does not page every hour. The episode ends when every window's
+  rate is back at or below the threshold.
+* BER: pre-FEC ``raw_ber`` above the copper or optic limit (the sample's optional
+  ``media`` field, else the policy's), post-FEC ``effective_ber`` above its limit, and
+  symbol BER (symbol errors over the 12 / 125 min windows divided by the bits the link
+  carried, from its width and speed) above its limit fire ``ber``, once per episode.
+* Congestion (RoCE): ``pause_storm`` when the port spent more than ``pauseStormFraction``
+  of the interval paused (from the optional cumulative ``pfc_pause_duration_us`` field that
+  mlx5 exposes as ``rx_prio*_pause_duration``) or, without it, received pause frames at
+  ``pauseFramesPerSStorm`` or more; ``ecn_pfc_misconfig`` when pause frames (rx + tx) run
+  at ``minPauseFramesPerS`` or more while ECN marks are fewer than ``minEcnToPauseRatio``
+  times the pause frames: ECN should have throttled the senders before PFC had to.
+* Degraded link (``streams.degraded_link.logic``): the sample's ``width``/``speed``
+  against the plan's expectation for the port, else the policy's.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from schemas import LEGACY_COUNTER_BITS, Counters, Detection, DetectionKind, PortSample
+from schemas.policy import SPEED_RANK, WIDTH_RANK, Policy
+from streams.common import episode_id, make_detection
+from streams.degraded_link.logic import Expectation, check_link
+from streams.flap.logic import CounterDowns
+
+# Counters whose deltas the detector follows, in the order of the state's ``last`` list.
+TRACKED: tuple[str, ...] = (
+    "symbol_errors", "link_error_recovery", "rcv_errors", "xmit_discards", "link_downed",
+    "pfc_pause_rx", "pfc_pause_tx", "ecn_marked", "pfc_pause_duration_us",
+)
+_I_SYM, _I_LER, _I_RCV, _I_DISC, _I_DOWN, _I_PRX, _I_PTX, _I_ECN, _I_PDUR = range(len(TRACKED))
+_MODEL_TRACKED = TRACKED[:-1]  # the last one is an optional extra field, not a model field
+_RATE_FIELDS = (_I_SYM, _I_LER, _I_RCV, _I_DISC)
+_CONGESTION = (_I_PRX, _I_PTX, _I_ECN, _I_PDUR)
+# Sources that read the legacy (narrow) PortCounters registers unless told otherwise.
+LEGACY_SOURCES = frozenset({"perfquery"})
+# Per-lane data rate in Gb/s by IB speed, for the bits a link carried (symbol BER).
+LANE_GBPS: dict[str, float] = {"SDR": 2.0, "DDR": 4.0, "QDR": 8.0, "FDR10": 10.0,
+                               "FDR": 13.64, "EDR": 25.0, "HDR": 50.0, "NDR": 100.0,
+                               "XDR": 200.0}
+HOUR_MS = 3_600_000
+MINUTE_MS = 60_000
+
+# Per-port state, a list so a healthy port costs ~80 bytes of JSON:
+#   [ts, last, ext]  where last is a list aligned with TRACKED (None = never reported)
+#   and ext is None or a dict of the rarer things:
+#     "b": {field index: [[minute, count], ...]}   non-zero error deltas
+#     "z": {field index: [decayed count, at ts]}   baseline
+#     "o": {condition: episode id}                 open episodes
+#     "r": resets seen, "w"/"s": last width/speed, "m": media
+PortState = list[Any]
+DeviceState = dict[str, Any]
+
+
+def new_state() -> DeviceState:
+    return {"ports": {}, "stale": 0}
+
+
+class CountersDetector:
+    """Counter-health detection with the policy's thresholds resolved once."""
+
+    def __init__(self, policy: Policy,
+                 expectation: Callable[[str, int], Expectation | None] | None = None) -> None:
+        fh = policy.fabric_health
+        er = fh.error_rates
+        self.policy = policy
+        self.expectation = expectation
+        self.thresholds = {_I_SYM: er.symbol_errors_per_hour,
+                           _I_LER: er.link_error_recovery_per_hour,
+                           _I_RCV: er.rcv_errors_per_hour,
+                           _I_DISC: er.xmit_discards_per_hour}
+        sym_windows = [round(w * 1000) for w in er.symbol_error_windows] or [HOUR_MS]
+        self.windows = {_I_SYM: sym_windows, _I_LER: [HOUR_MS], _I_RCV: [HOUR_MS],
+                        _I_DISC: [HOUR_MS]}
+        self.keep_ms = max([HOUR_MS, *sym_windows])
+        self.sym_windows = sym_windows
+        self.baseline_factor = er.baseline_factor
+        self.baseline_tau_ms = er.baseline_window * 1000
+        self.rate_action = er.action
+        self.ber = fh.ber
+        # below both raw limits a raw BER needs no look at the sample's media
+        self.raw_floor = min(fh.ber.raw_ber_copper, fh.ber.raw_ber_optic)
+        self.cong = fh.congestion
+        self.sat_action = fh.counters.saturation_action
+        self.degraded = fh.degraded_link
+
+    # -- the hot path ----------------------------------------------------------------------
+
+    def step(self, state: DeviceState | None, event: Counters
+             ) -> tuple[DeviceState, list[Detection], list[CounterDowns]]:
+        """Apply one counters message of one device."""
+        if state is None:
+            state = new_state()
+        ports: dict[str, PortState] = state["ports"]
+        ts = event.ts
+        detections: list[Detection] = []
+        downs: list[CounterDowns] = []
+        legacy = event.source in LEGACY_SOURCES
+        raw_floor = self.raw_floor
+        eff_limit = self.ber.effective_ber
+        for sample in event.ports:
+            key = str(sample.port)
+            ps = ports.get(key)
+            # __dict__ and __pydantic_extra__ directly: pydantic's __getattr__ for a missing
+            # extra costs more than the rest of a healthy sample's work.
+            fields = sample.__dict__
+            extra = sample.__pydantic_extra__
+            values = [fields[f] for f in _MODEL_TRACKED]
+            values.append(extra.get("pfc_pause_duration_us") if extra else None)
+            if ps is None:
+                ports[key] = ps = [ts, values, None]
+                prev_ts = None
+                deltas: list[int] | None = None
+            else:
+                prev_ts = ps[0]
+                if ts <= prev_ts:
+                    state["stale"] += 1
+                    continue
+                last = ps[1]
+                deltas = []
+                reset = False
+                for i, v in enumerate(values):
+                    if v is None:
+                        deltas.append(0)
+                        values[i] = last[i]  # keep the last reading of a counter not reported
+                        continue
+                    p = last[i]
+                    if p is None:
+                        deltas.append(0)
+                    elif v >= p:
+                        deltas.append(v - p)
+                    else:  # a decrease is a reset: the new value counts from zero
+                        deltas.append(v)
+                        reset = True
+                ps[0] = ts
+                ps[1] = values
+                if reset:
+                    self._ext(ps)["r"] = self._ext(ps).get("r", 0) + 1
+            ext = ps[2]
+            # Most samples stop here: no errors, no saturation, nothing open, link at plan.
+            if deltas is not None and prev_ts is not None:
+                if deltas[_I_DOWN] > 0:
+                    downs.append(CounterDowns(
+                        id=f"{event.id}/{sample.port}", fabric=event.fabric,
+                        device=event.device, port=sample.port, start=prev_ts, ts=ts,
+                        increase=deltas[_I_DOWN]))
+                if (deltas[_I_SYM] or deltas[_I_LER] or deltas[_I_RCV] or deltas[_I_DISC]
+                        or (ext is not None and "o" in ext)):
+                    self._rates(ps, deltas, event, sample, detections)
+                if values[_I_PRX] is not None or values[_I_PTX] is not None:
+                    self._congestion(ps, deltas, ts - prev_ts, event, sample, detections)
+            raw, eff = fields["raw_ber"], fields["effective_ber"]
+            if ((raw is not None and raw > raw_floor) or (eff is not None and eff > eff_limit)
+                    or (ext is not None and "o" in ext)):
+                self._ber_gauges(ps, event, sample, detections)
+            if legacy or sample.counter_bits:
+                self._saturation(ps, event, sample, detections)
+            if fields["width"] is not None or fields["speed"] is not None:
+                self._degraded(ps, event, sample, detections)
+        return state, detections, downs
+
+    # -- the rarer paths ---------------------------------------------------------------------
+
+    @staticmethod
+    def _ext(ps: PortState) -> dict[str, Any]:
+        if ps[2] is None:
+            ps[2] = {}
+        ext: dict[str, Any] = ps[2]
+        return ext
+
+    def _open(self, ps: PortState, cond: str, event: Counters, sample: PortSample,
+              kind: DetectionKind, action: str, evidence: dict[str, Any],
+              detections: list[Detection]) -> None:
+        """Open the episode ``cond`` unless it is open; fire its one detection."""
+        opened = self._ext(ps).setdefault("o", {})
+        if cond in opened:
+            return
+        eid = episode_id(kind, event.device, sample.port, event.ts, cond)
+        opened[cond] = eid
+        detections.append(make_detection(
+            kind=kind, fabric=event.fabric, device=event.device, port=sample.port,
+            ts=event.ts, action=action, episode=eid, evidence=evidence))
+
+    def _close(self, ps: PortState, cond: str) -> None:
+        ext = ps[2]
+        if ext is None or "o" not in ext:
+            return
+        ext["o"].pop(cond, None)
+        if not ext["o"]:
+            del ext["o"]
+
+    def _is_open(self, ps: PortState, cond: str) -> bool:
+        ext = ps[2]
+        return ext is not None and cond in ext.get("o", ())
+
+    def _rates(self, ps: PortState, deltas: list[int], event: Counters, sample: PortSample,
+               detections: list[Detection]) -> None:
+        ext = self._ext(ps)
+        ts = event.ts
+        buckets: dict[str, list[list[int]]] = ext.setdefault("b", {})
+        bases: dict[str, list[float]] = ext.setdefault("z", {})
+        minute = ts // MINUTE_MS
+        for i in _RATE_FIELDS:
+            name = TRACKED[i]
+            fi = str(i)
+            d = deltas[i]
+            rows = buckets.get(fi)
+            base_rate = 0.0
+            if d:
+                # baseline before this sample: decayed count / tau, per hour
+                z = bases.get(fi)
+                decayed = 0.0
+                if z is not None:
+                    decayed = z[0] * math.exp(-(ts - z[1]) / self.baseline_tau_ms)
+                base_rate = decayed / (self.baseline_tau_ms / HOUR_MS)
+                bases[fi] = [decayed + d, ts]
+                if rows is None:
+                    buckets[fi] = rows = []
+                if rows and rows[-1][0] == minute:
+                    rows[-1][1] += d
+                else:
+                    rows.append([minute, d])
+            elif not self._is_open(ps, f"rate:{name}") and not (
+                    i == _I_SYM and self._is_open(ps, "ber:symbol")):
+                continue
+            if rows:
+                cut = (ts - self.keep_ms) // MINUTE_MS
+                while rows and rows[0][0] <= cut:
+                    rows.pop(0)
+            rates = []
+            for w in self.windows[i]:
+                first = (ts - w) // MINUTE_MS
+                count = sum(c for m, c in rows or () if m > first)
+                rates.append((w, count, count * HOUR_MS / w))
+            threshold = self.thresholds[i]
+            cond = f"rate:{name}"
+            worst = max(rates, key=lambda r: r[2])
+            if worst[2] > threshold:
+                if d and worst[2] > self.baseline_factor * base_rate:
+                    self._open(ps, cond, event, sample, DetectionKind.ERROR_RATE,
+                               self.rate_action, {
+                                   "counter": name, "per_hour": round(worst[2], 3),
+                                   "window_s": worst[0] / 1000, "count": worst[1],
+                                   "threshold_per_hour": threshold,
+                                   "baseline_per_hour": round(base_rate, 3)}, detections)
+            else:
+                self._close(ps, cond)
+            if i == _I_SYM:
+                self._symbol_ber(ps, rates, event, sample, detections)
+            if rows is not None and not rows:
+                del buckets[fi]
+        if not buckets:
+            ext.pop("b", None)
+
+    def _symbol_ber(self, ps: PortState, rates: list[tuple[int, int, float]], event: Counters,
+                    sample: PortSample, detections: list[Detection]) -> None:
+        ext = self._ext(ps)
+        width = sample.width or ext.get("w") or self.degraded.expect_width
+        speed = sample.speed or ext.get("s") or self.degraded.expect_speed
+        gbps = LANE_GBPS.get(speed, 100.0) * WIDTH_RANK.get(width, 4)
+        worst = max(count / (gbps * 1e9 * w / 1000) for w, count, _ in rates)
+        if worst > self.ber.symbol_ber:
+            self._open(ps, "ber:symbol", event, sample, DetectionKind.BER, self.ber.action, {
+                "metric": "symbol_ber", "value": worst, "threshold": self.ber.symbol_ber,
+                "windows_s": [w / 1000 for w, _, _ in rates],
+                "symbol_errors": [c for _, c, _ in rates], "link_gbps": gbps}, detections)
+        else:
+            self._close(ps, "ber:symbol")
+
+    def _ber_gauges(self, ps: PortState, event: Counters, sample: PortSample,
+                    detections: list[Detection]) -> None:
+        extra = sample.__pydantic_extra__
+        media = extra.get("media") if extra else None
+        if media not in ("copper", "optic"):
+            media = self.ber.media
+        raw_limit = self.ber.raw_ber_copper if media == "copper" else self.ber.raw_ber_optic
+        for cond, value, limit in (("ber:raw", sample.raw_ber, raw_limit),
+                                   ("ber:effective", sample.effective_ber,
+                                    self.ber.effective_ber)):
+            if value is None:
+                continue
+            if value > limit:
+                self._open(ps, cond, event, sample, DetectionKind.BER, self.ber.action, {
+                    "metric": "raw_ber" if cond == "ber:raw" else "effective_ber",
+                    "value": value, "threshold": limit, "media": media}, detections)
+            elif self._is_open(ps, cond):
+                self._close(ps, cond)
+
+    def _saturation(self, ps: PortState, event: Counters, sample: PortSample,
+                    detections: list[Detection]) -> None:
+        bits: Mapping[str, int] = sample.counter_bits or LEGACY_COUNTER_BITS
+        for name, width in bits.items():
+            value = getattr(sample, name, None)
+            if not isinstance(value, int) or not 0 < width < 64:
+                continue
+            top = (1 << width) - 1
+            cond = f"sat:{name}"
+            if value == top:
+                self._open(ps, cond, event, sample, DetectionKind.COUNTER_SATURATED,
+                           self.sat_action, {"counter": name, "bits": width, "value": value},
+                           detections)
+            elif self._is_open(ps, cond):
+                self._close(ps, cond)
+
+    def _congestion(self, ps: PortState, deltas: list[int], dt_ms: int, event: Counters,
+                    sample: PortSample, detections: list[Detection]) -> None:
+        if dt_ms <= 0:
+            return
+        dt_s = dt_ms / 1000
+        last = ps[1]
+        rx_rate = deltas[_I_PRX] / dt_s
+        pause_rate = (deltas[_I_PRX] + deltas[_I_PTX]) / dt_s
+        c = self.cong
+        if last[_I_PDUR] is not None:
+            paused = deltas[_I_PDUR] / (dt_ms * 1000)
+            storm = paused > c.pause_storm_fraction
+        else:
+            paused = None
+            storm = rx_rate >= c.pause_frames_per_s_storm
+        if storm:
+            self._open(ps, "pause_storm", event, sample, DetectionKind.PAUSE_STORM, c.action, {
+                "paused_fraction": paused, "pause_rx_per_s": round(rx_rate, 1),
+                "threshold_fraction": c.pause_storm_fraction,
+                "threshold_per_s": c.pause_frames_per_s_storm, "interval_s": dt_s},
+                detections)
+        elif self._is_open(ps, "pause_storm"):
+            self._close(ps, "pause_storm")
+        if last[_I_ECN] is None:
+            return
+        ecn_rate = deltas[_I_ECN] / dt_s
+        if (pause_rate >= c.min_pause_frames_per_s
+                and ecn_rate < c.min_ecn_to_pause_ratio * pause_rate):
+            self._open(ps, "ecn_pfc", event, sample, DetectionKind.ECN_PFC_MISCONFIG, c.action, {
+                "pause_per_s": round(pause_rate, 1), "ecn_marked_per_s": round(ecn_rate, 1),
+                "min_ecn_to_pause_ratio": c.min_ecn_to_pause_ratio, "interval_s": dt_s},
+                detections)
+        elif self._is_open(ps, "ecn_pfc"):
+            self._close(ps, "ecn_pfc")
+
+    def _degraded(self, ps: PortState, event: Counters, sample: PortSample,
+                  detections: list[Detection]) -> None:
+        ext = ps[2]
+        width, speed = sample.width, sample.speed
+        if (ext is not None and ext.get("w") == width and ext.get("s") == speed
+                and "degraded" not in ext.get("o", ())):
+            return  # unchanged and at or above expectation last time
+        if (ext is None and width == self.degraded.expect_width
+                and speed == self.degraded.expect_speed and self.expectation is None):
+            return  # exactly the policy's expectation, nothing to keep
+        ext = self._ext(ps)
+        ext["w"], ext["s"] = width, speed
+        expect = self.expectation(event.device, sample.port) if self.expectation else None
+        verdict = check_link(width, speed, expect, self.degraded)
+        if verdict is not None:
+            self._open(ps, "degraded", event, sample, DetectionKind.DEGRADED_LINK,
+                       self.degraded.action, verdict, detections)
+        else:
+            self._close(ps, "degraded")
+
+
+def known_rank(width: str | None, speed: str | None) -> bool:
+    """Whether both are values the rank tables know (unknown text is not judged)."""
+    return (width is None or width in WIDTH_RANK) and (speed is None or speed in SPEED_RANK)
