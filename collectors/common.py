@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
+
+from pydantic import ValidationError
 
 from collectors.errors import ParseError
 from schemas import Counters, PortSample
+from schemas.codec import contract_error
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 # No tool this package reads writes lines anywhere near this long; a longer one is garbage
 # (or a file that is not the tool's output), and refusing it early keeps the regexes fast.
@@ -74,13 +81,14 @@ class DeviceSamples:
     name: str
     samples: dict[int, PortValues] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
+    ts: int | None = None  # this device's reading time, where it differs per device
 
     def sample(self, port: int) -> PortValues:
         return self.samples.setdefault(port, PortValues(port))
 
 
-def counters_events(devices: dict[str, DeviceSamples], *, fabric: str, ts: int, source: str,
-              kind: str) -> list[Counters]:
+def counters_events(devices: Mapping[Any, DeviceSamples], *, fabric: str, ts: int,
+                    source: str, kind: str) -> list[Counters]:
     """One Counters event per device, samples sorted by port, with a content-hash id."""
     events = []
     for dev in devices.values():
@@ -89,8 +97,32 @@ def counters_events(devices: dict[str, DeviceSamples], *, fabric: str, ts: int, 
             sample = dev.samples[port]
             ports.append(PortSample(port=port, **sample.values,
                                     counter_bits=dict(sample.bits) or None))
-        ident = stable_id(kind, fabric, source, dev.name, ts,
+        when = dev.ts if dev.ts is not None else ts
+        ident = stable_id(kind, fabric, source, dev.name, when,
                           *(p.model_dump_json() for p in ports))
-        events.append(Counters(id=ident, ts=ts, fabric=fabric, source=source,
+        events.append(Counters(id=ident, ts=when, fabric=fabric, source=source,
                                device=dev.name, ports=ports, **dev.extra))
     return events
+
+
+def guarded(parse: Callable[P, R]) -> Callable[P, R]:
+    """Make a parser raise only ParseError: an event the contract refuses becomes one.
+
+    Parsers build contract models from text; a value the text allows but the contract does
+    not (a 300-byte device name, a port past 1024) surfaces as pydantic's ValidationError,
+    turned here into a ParseError with the field's path.
+    """
+
+    @functools.wraps(parse)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return parse(*args, **kwargs)
+        except ValidationError as exc:
+            error = contract_error(exc)
+            where = f" ({error.path})" if error.path else ""
+            raise ParseError(None, None, f"the input makes an invalid event{where}: "
+                                         f"{error.reason}") from None
+        except RecursionError:
+            raise ParseError(None, None, "input nested too deeply") from None
+
+    return wrapper

@@ -28,7 +28,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from collectors.common import DeviceSamples, PortValues, collapse, counters_events, lines, to_int
+from collectors.common import DeviceSamples, PortValues, collapse, counters_events, guarded, lines, to_int
 from collectors.errors import ParseError
 from collectors.ibnetdiscover import NodeType, device_name
 from collectors.lidmap import LidMap
@@ -96,6 +96,7 @@ _PQ_FIELD = re.compile(r"^([A-Za-z][A-Za-z0-9_]*):\.*(\S+)\s*$")
 ALL_PORTS = 255
 
 
+@guarded
 def parse_perfquery(text: str, *, fabric: str, ts: int, device: str | None = None,
                     lids: LidMap | None = None, source: str = "perfquery") -> list[Counters]:
     """``perfquery`` output (basic, ``-x``, ``-D``, ``-E``; one or many blocks) -> counters.
@@ -172,6 +173,7 @@ _QE_COUNTER = re.compile(r"\[(\w+)\s*==\s*(\d+)\]")
 _QE_LINK = re.compile(r"^Link info:\s*(.*)$")
 
 
+@guarded
 def parse_ibqueryerrors(text: str, *, fabric: str, ts: int, lids: LidMap | None = None,
                         source: str = "ibqueryerrors") -> list[Counters]:
     """``ibqueryerrors`` (also ``-r``, ``-c``) -> counters of the ports it lists.
@@ -266,6 +268,7 @@ def _link_fields(match: re.Match[str]) -> dict[str, Any]:
     return out
 
 
+@guarded
 def parse_iblinkinfo(text: str, *, fabric: str, ts: int, lids: LidMap | None = None,
                      source: str = "iblinkinfo") -> list[Counters]:
     """``iblinkinfo`` (grouped default, ``-l`` line mode, ``-d``) -> width/speed/state.

@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
-from collectors.common import collapse, guid_str, lines, stable_id
+from collectors.common import collapse, guarded, guid_str, lines, stable_id
 from collectors.errors import ParseError
 from schemas import Topology, TopologyLink
 from schemas.policy import SPEED_RANK, WIDTH_RANK
@@ -308,6 +308,7 @@ def _parse(text: str) -> _Parsed:
     return parsed
 
 
+@guarded
 def parse_nodes(text: str) -> list[Node]:
     """Every node of an ``ibnetdiscover`` output (either format), in order of appearance."""
     return _parse(text).nodes
@@ -320,6 +321,7 @@ def _oriented(a: Node, ap: int, b: Node, bp: int) -> tuple[Node, int, Node, int]
     return (a, ap, b, bp) if (a.name, ap) <= (b.name, bp) else (b, bp, a, ap)
 
 
+@guarded
 def parse_ibnetdiscover(text: str, *, fabric: str, ts: int,
                         source: str = "ibnetdiscover") -> Topology:
     """A ``topology`` event from ``ibnetdiscover`` output (default or ``-p`` format).

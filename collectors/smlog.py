@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from collectors.common import collapse, lines, stable_id
+from collectors.common import collapse, guarded, lines, stable_id
 from collectors.errors import ParseError
 from collectors.ibnetdiscover import NodeType, device_name
 from collectors.lidmap import LidMap
@@ -105,6 +105,7 @@ def _ms(dt: datetime) -> int:
     return int(dt.timestamp() * 1000)
 
 
+@guarded
 def parse_opensm_log(text: str, *, fabric: str, tz: str | tzinfo, year: int,
                      lids: LidMap | None = None, source: str = "opensm") -> SmLogResult:
     """opensm log text -> port events (and the change lines it could not resolve)."""
@@ -222,6 +223,7 @@ def _ufm_device(kind: str, name: str, guid: str, lids: LidMap | None) -> str:
     return device_name(text, guid, node_type)
 
 
+@guarded
 def parse_ufm_events(text: str, *, fabric: str, tz: str | tzinfo,
                      lids: LidMap | None = None, source: str = "ufm") -> SmLogResult:
     """UFM ``event.log`` text -> port events for link down / up / unhealthy codes."""
