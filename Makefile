@@ -1,0 +1,74 @@
+# fabricwatch: the README's two commands (`make demo`, `make test`) and their set-up.
+#
+# Every target sets up what it needs and is quick when that is already done: the virtualenv is
+# rebuilt only when pyproject.toml changes, the Kafka jars only when deploy/kafka/pom.xml does
+# (Maven keeps what it downloaded in ~/.m2). Services are started by the demo and by the test
+# fixtures themselves, on their own ports, and stopped when they end.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+MAKEFLAGS += --no-builtin-rules
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+INSTALLED := $(VENV)/.fabricwatch-installed
+JARS := deploy/kafka/libs/.complete
+LAB_PACKAGES := ibsim-utils opensm infiniband-diags
+# The lab tools count as present when this command is on PATH.
+IBSIM ?= ibsim
+
+.PHONY: setup test lint demo stack-up stack-down stack-status lab-deps clean
+
+## setup: virtualenv (Python 3.11) with the pinned dependencies, and the Kafka broker's jars
+setup: $(INSTALLED) $(JARS)
+
+$(BIN)/python:
+	@$(PYTHON) -c 'import sys; sys.exit(0 if (3, 11) <= sys.version_info[:2] < (3, 13) else 1)' \
+	  || { echo "fabricwatch needs Python 3.11 or 3.12; $(PYTHON) is $$($(PYTHON) -V 2>&1)" >&2; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+
+$(INSTALLED): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	@touch $@
+
+$(JARS): deploy/kafka/pom.xml | $(INSTALLED)
+	@command -v java >/dev/null || { echo "Kafka needs Java 17+: apt-get install -y openjdk-17-jre-headless" >&2; exit 1; }
+	@command -v mvn >/dev/null || { echo "the Kafka jars come through Maven: apt-get install -y maven" >&2; exit 1; }
+	$(BIN)/fabricwatch stack jars
+
+## lab-deps: ibsim, opensm and infiniband-diags for the lab tests (root and apt; warns otherwise)
+lab-deps:
+	@if command -v $(IBSIM) >/dev/null 2>&1; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ]; then SUDO=""; elif command -v sudo >/dev/null && sudo -n true 2>/dev/null; then SUDO="sudo -n"; \
+	else echo "WARNING: ibsim is missing and installing $(LAB_PACKAGES) needs root; the lab tests will be skipped" >&2; exit 0; fi; \
+	echo "installing $(LAB_PACKAGES)"; \
+	if $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $(LAB_PACKAGES) >/dev/null; \
+	then echo "installed $(LAB_PACKAGES)"; \
+	else echo "WARNING: could not install $(LAB_PACKAGES); the lab tests will be skipped" >&2; fi
+
+## lint: ruff and mypy (strict) over the packages
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+## test: the whole suite: lint, types, unit, integration (real Kafka, Temporal, chdb), end to end
+test: setup lab-deps lint
+	$(BIN)/pytest tests --durations=15
+
+## demo: the main job
+demo: setup
+	$(BIN)/fabricwatch demo
+
+stack-up: setup
+	$(BIN)/fabricwatch stack up
+
+stack-down:
+	@if [ -x $(BIN)/fabricwatch ]; then $(BIN)/fabricwatch stack down; else echo "no virtualenv: nothing to stop"; fi
+
+stack-status: setup
+	$(BIN)/fabricwatch stack status
+
+## clean: stop the local stack and remove the virtualenv, jars and local state
+clean: stack-down
+	rm -rf $(VENV) deploy/kafka/libs .fabricwatch .pytest_cache .mypy_cache .ruff_cache
