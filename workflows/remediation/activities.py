@@ -69,6 +69,13 @@ class FabricActivities:
         self.fencer = fencer
         self.ticketing = ticketing
 
+    async def aclose(self) -> None:
+        """Close the adapters' HTTP sessions (those that have one)."""
+        for client in (self.controller, self.ticketing, self.checker, self.evidence):
+            close = getattr(client, "aclose", None)
+            if close is not None:
+                await close()
+
     # --- records --------------------------------------------------------------------------
 
     @activity.defn(name="record_action")

@@ -1,0 +1,151 @@
+"""The remediation runbook on the real Temporal dev server: happy path with the 24 h wait
+(time skipping), the ladder, abort, shadow mode and a duplicate detection joining."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import Client, WorkflowHandle
+from temporalio.testing import WorkflowEnvironment
+from wf_helpers import FileFabric, TicketServer, fabric_activities
+
+from schemas.policy import Policy
+from workflows.adapters.records import MemorySink
+from workflows.budget.models import fabric_budget_id, su_budget_id
+from workflows.budget.workflows import IsolationBudget
+from workflows.remediation.models import (
+    AbortRequest,
+    ActivityTimeouts,
+    Approval,
+    DetectionRef,
+    PortRef,
+    RemediationInput,
+    RemediationResult,
+    RunbookConfig,
+    StepDone,
+)
+from workflows.remediation.workflows import PortRemediation
+from workflows.worker import activity_functions, build_worker
+from workflows.budget.activities import BudgetActivities
+
+pytestmark = pytest.mark.integration
+
+FAST = ActivityTimeouts(record=10, controller=10, evidence=10, evidence_heartbeat=5, ticket=10,
+                        check=10, check_heartbeat=5, budget=10)
+
+
+def make_input(device: str = "leaf-su01-r1", port: int = 7, *, su: str = "su01",
+               wait_s: float = 1.0, su_limit: int = 2, shadow: bool = False,
+               policy: Policy | None = None, fabric: str | None = None) -> RemediationInput:
+    fabric = fabric or f"f{uuid.uuid4().hex[:8]}"
+    cfg = RunbookConfig.from_policy(policy or Policy(), fabric=fabric, detection="flap",
+                                    su_ports=200, fabric_ports=4000, timeouts=FAST)
+    cfg = cfg.model_copy(update={"clean_counters_wait_s": wait_s, "su_limit": su_limit,
+                                 "shadow": shadow or cfg.shadow})
+    return RemediationInput(
+        port=PortRef(fabric=fabric, device=device, port=port, su=su, rail=1,
+                     peer_device="node0001/mlx5_1", peer_port=1),
+        detection=DetectionRef(id=f"det-{uuid.uuid4().hex[:8]}", ts=1_700_000_000_000,
+                               detection="flap", severity="critical", action="isolate_port",
+                               episode="ep-1", source="test"),
+        config=cfg)
+
+
+def wid(inp: RemediationInput) -> str:
+    return f"remediate/{inp.port.fabric}/{inp.port.device}:{inp.port.port}"
+
+
+@asynccontextmanager
+async def running_worker(client: Client, task_queue: str, fabric: FileFabric,
+                         tickets: TicketServer, sink: Any = None
+                         ) -> AsyncIterator[MemorySink]:
+    acts, sink = fabric_activities(fabric, tickets.url, sink)
+    worker = build_worker(client, task_queue,
+                          activity_functions(acts, BudgetActivities(client, task_queue)))
+    try:
+        async with worker:
+            yield sink
+    finally:
+        await acts.aclose()
+
+
+async def start(client: Client, inp: RemediationInput, task_queue: str
+                ) -> WorkflowHandle[PortRemediation, RemediationResult]:
+    return await client.start_workflow(PortRemediation.run, inp, id=wid(inp),
+                                       task_queue=task_queue)
+
+
+async def until(handle: WorkflowHandle[Any, Any], pred: Callable[[Any], bool],
+                timeout: float = 30.0) -> Any:
+    """Poll the status query until ``pred`` holds."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        st = await handle.query(PortRemediation.status)
+        if pred(st):
+            return st
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out; last status step={st.step} state={st.state} "
+                                 f"waiting_for={st.waiting_for}")
+        await asyncio.sleep(0.1)
+
+
+def steps(sink: MemorySink, workflow_id: str) -> list[tuple[str, str]]:
+    return [(a.step, a.outcome) for a in sink.actions() if a.workflow_id == workflow_id]
+
+
+async def test_happy_path_with_the_24h_wait(wf_env: WorkflowEnvironment, tmp_path: Path,
+                                            ticket_server: TicketServer, task_queue: str) -> None:
+    client = wf_env.client
+    fabric = FileFabric(tmp_path)
+    fabric.script({"*": "clean-and-reseat"})
+    inp = make_input(wait_s=Policy().fabric_health.runbook.clean_counters_wait)
+    assert inp.config.clean_counters_wait_s == 24 * 3600
+    async with running_worker(client, task_queue, fabric, ticket_server) as sink:
+        handle = await start(client, inp, task_queue)
+        st = await until(handle, lambda s: s.waiting_for == "clean-and-reseat")
+        assert st.isolated and st.budget_held and st.ticket
+        assert fabric.is_isolated("leaf-su01-r1", 7)
+        await handle.execute_update(PortRemediation.complete_step,
+                                    StepDone(step="clean-and-reseat", actor="tech-ana",
+                                             note="reseated both ends"))
+        await until(handle, lambda s: s.state == "waiting_clean_counters")
+        started = asyncio.get_running_loop().time()
+        t0 = await wf_env.get_current_time(handle)
+        # returns False here: the workflow completes before the clock reaches the target
+        await wf_env.fast_forward(handle, timedelta(hours=24, minutes=1))
+        result = await handle.result()
+        wall = asyncio.get_running_loop().time() - started
+        t1 = await wf_env.get_current_time(handle)
+        su = await client.get_workflow_handle(su_budget_id(inp.port.fabric, "su01")).query(
+            IsolationBudget.state)
+        fab = await client.get_workflow_handle(fabric_budget_id(inp.port.fabric)).query(
+            IsolationBudget.state)
+    assert result.outcome == "returned_to_service"
+    assert result.fixed_by == "clean-and-reseat"
+    assert t1 - t0 >= timedelta(hours=24)  # the workflow's clock really moved a day
+    assert wall < 60
+    assert not fabric.is_isolated("leaf-su01-r1", 7)
+    assert len(fabric.calls("isolate")) == 1 and len(fabric.calls("unisolate")) == 1
+    # the ledger records, in order
+    recorded = steps(sink, wid(inp))
+    names = [s for s, _ in recorded]
+    for expected in ("detection", "evidence", "budget", "isolate", "fence", "ticket",
+                     "ladder:clean-and-reseat", "check:ib_write_bw-per-rail",
+                     "check:nccl-allreduce-baseline", "check:counters-clean-24h", "unisolate",
+                     "return", "outcome"):
+        assert expected in names, (expected, names)
+    assert names.index("evidence") < names.index("isolate") < names.index("ticket")
+    ladder = [a for a in sink.actions() if a.step == "ladder:clean-and-reseat"][0]
+    assert ladder.actor == "tech-ana" and ladder.note == "reseated both ends"
+    assert all(o in ("done", "skipped") for _, o in recorded)
+    # one ticket, opened and closed; budget released
+    assert len(ticket_server.ops(wid(inp), "open")) == 1
+    assert len(ticket_server.ops(wid(inp), "close")) == 1
+    assert su.in_use == 0 and fab.in_use == 0 and su.granted_total == 1

@@ -1,0 +1,150 @@
+"""Shared pieces of the runbook integration tests: a file-backed fabric controller, a loopback
+ticket webhook, and the activity wiring the worker uses.
+
+``FileFabric`` speaks the simulator controller's interface (isolate / unisolate /
+reset_counters / repair_step / is_isolated by device and port, state in a JSON file) and
+appends every call to a JSONL log, so tests can count what was really done even across
+worker processes. Which rung fixes a port is scripted in the state folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from workflows.adapters.k8s import NoFencer
+from workflows.adapters.records import MemorySink
+from workflows.adapters.sim import SimChecker, SimControllerAdapter, SimEvidence
+from workflows.adapters.ticket import WebhookTicketing
+from workflows.remediation.activities import FabricActivities
+
+
+class FileFabric:
+    def __init__(self, state_dir: Path) -> None:
+        self.dir = state_dir
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.state_path = state_dir / "fabric.json"
+        self.log_path = state_dir / "calls.jsonl"
+        self.script_path = state_dir / "script.json"
+
+    def _load(self) -> dict[str, Any]:
+        try:
+            data: dict[str, Any] = json.loads(self.state_path.read_text())
+            return data
+        except FileNotFoundError:
+            return {"isolated": []}
+
+    def _save(self, data: dict[str, Any]) -> None:
+        tmp = self.state_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data))
+        os.replace(tmp, self.state_path)
+
+    def _log(self, op: str, device: str, port: int, **extra: Any) -> None:
+        with self.log_path.open("a") as fh:
+            fh.write(json.dumps({"op": op, "key": f"{device}:{port}", **extra}) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    def script(self, fixed_at: dict[str, str]) -> None:
+        """port key -> the rung that fixes it (absent: never fixed)."""
+        self.script_path.write_text(json.dumps(fixed_at))
+
+    def calls(self, op: str | None = None, key: str | None = None) -> list[dict[str, Any]]:
+        if not self.log_path.exists():
+            return []
+        rows = [json.loads(line) for line in self.log_path.read_text().splitlines() if line]
+        return [r for r in rows if (op is None or r["op"] == op)
+                and (key is None or r["key"] == key)]
+
+    def isolate(self, device: str, port: int) -> None:
+        data = self._load()
+        key = f"{device}:{port}"
+        if key not in data["isolated"]:
+            data["isolated"].append(key)
+            self._save(data)
+        self._log("isolate", device, port)
+        hook = self.dir / "hang-after-isolate"
+        if hook.exists():
+            hook.unlink()  # once: the restarted worker's retry must not hang again
+            (self.dir / "hanging").write_text("1")
+            import time
+            time.sleep(3600)  # the test kills the worker process here
+
+    def unisolate(self, device: str, port: int) -> None:
+        data = self._load()
+        key = f"{device}:{port}"
+        if key in data["isolated"]:
+            data["isolated"].remove(key)
+            self._save(data)
+        self._log("unisolate", device, port)
+
+    def reset_counters(self, device: str, port: int) -> None:
+        self._log("reset_counters", device, port)
+
+    def repair_step(self, device: str, port: int, rung: str) -> bool:
+        script = json.loads(self.script_path.read_text()) if self.script_path.exists() else {}
+        key = f"{device}:{port}"
+        fixed = script.get(key) == rung or script.get("*") == rung
+        self._log("repair_step", device, port, rung=rung, fixed=fixed)
+        return fixed
+
+    def is_isolated(self, device: str, port: int) -> bool:
+        return f"{device}:{port}" in self._load()["isolated"]
+
+
+class TicketServer:
+    """A loopback ticket webhook that deduplicates on Idempotency-Key, as the adapter expects."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self.tickets: dict[str, str] = {}
+        self.seen: dict[str, dict[str, Any]] = {}
+        self._runner: web.AppRunner | None = None
+        self.url = ""
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        idem = request.headers.get("Idempotency-Key", "")
+        if idem in self.seen:
+            return web.json_response(self.seen[idem])
+        self.requests.append({"idempotency_key": idem, **body})
+        answer: dict[str, Any] = {}
+        if body["op"] == "open":
+            ticket = self.tickets.setdefault(body["key"], f"T-{len(self.tickets) + 1}")
+            answer = {"ticket_id": ticket}
+        else:
+            answer = {"ticket_id": self.tickets.get(body["key"], body["key"])}
+        self.seen[idem] = answer
+        return web.json_response(answer)
+
+    def ops(self, key: str, op: str | None = None) -> list[dict[str, Any]]:
+        return [r for r in self.requests if r["key"] == key and (op is None or r["op"] == op)]
+
+    async def start(self) -> str:
+        app = web.Application()
+        app.router.add_post("/hook", self._handle)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.url = f"http://127.0.0.1:{port}/hook"
+        return self.url
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+
+def fabric_activities(fabric: FileFabric, ticket_url: str, sink: Any | None = None,
+                      ) -> tuple[FabricActivities, Any]:
+    sink = sink if sink is not None else MemorySink()
+    adapter = SimControllerAdapter(fabric, fabric.dir)
+    acts = FabricActivities(records=sink, controller=adapter, evidence=SimEvidence(adapter),
+                            checker=SimChecker(adapter), fencer=NoFencer(),
+                            ticketing=WebhookTicketing(ticket_url))
+    return acts, sink

@@ -1,0 +1,74 @@
+"""The Temporal worker of the runbooks: registers every workflow and the activities given to it.
+
+``run_worker(settings, client, fabric_activities, budget_activities, ...)`` runs until
+``stop`` is set (or the task is cancelled). The client must use ``pydantic_data_converter``
+(``connect(settings)`` builds one), because every input and output is a pydantic model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+from typing import Any
+
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Worker
+
+from fabricwatch.settings import Settings
+from workflows.audit import AuditActivities, TopologyAudit
+from workflows.budget.activities import BudgetActivities
+from workflows.budget.workflows import IsolationBudget
+from workflows.remediation.activities import FabricActivities
+from workflows.remediation.workflows import PortRemediation
+
+WORKFLOWS: tuple[type, ...] = (PortRemediation, IsolationBudget, TopologyAudit)
+
+
+async def connect(settings: Settings, *, target: str | None = None) -> Client:
+    """A client to the configured Temporal frontend with the pydantic converter."""
+    return await Client.connect(target or settings.temporal.target,
+                                namespace=settings.temporal.namespace,
+                                data_converter=pydantic_data_converter)
+
+
+def activity_functions(fabric: FabricActivities, budget: BudgetActivities,
+                       audit: AuditActivities | None = None) -> list[Callable[..., Any]]:
+    funcs: list[Callable[..., Any]] = [
+        fabric.record_action, fabric.capture_evidence, fabric.isolate_port,
+        fabric.unisolate_port, fabric.reset_counters, fabric.repair_step, fabric.fence_node,
+        fabric.unfence_node, fabric.run_check, fabric.ticket, fabric.open_breaker,
+        budget.acquire, budget.release,
+    ]
+    if audit is not None:
+        funcs.append(audit.audit_topology)
+    return funcs
+
+
+def build_worker(client: Client, task_queue: str, activities: Sequence[Callable[..., Any]],
+                 *, identity: str | None = None,
+                 graceful_shutdown: timedelta = timedelta(seconds=10)) -> Worker:
+    return Worker(
+        client, task_queue=task_queue, workflows=list(WORKFLOWS), activities=list(activities),
+        # activities are async; this executor is only for any sync activity added later
+        activity_executor=concurrent.futures.ThreadPoolExecutor(max_workers=8),
+        graceful_shutdown_timeout=graceful_shutdown,
+        identity=identity,
+    )
+
+
+async def run_worker(settings: Settings, client: Client, fabric: FabricActivities,
+                     budget: BudgetActivities | None = None, audit: AuditActivities | None = None,
+                     *, task_queue: str | None = None,
+                     stop: asyncio.Event | None = None) -> None:
+    """Run the worker on ``settings.temporal.task_queue`` until ``stop`` is set."""
+    queue = task_queue or settings.temporal.task_queue
+    budget = budget or BudgetActivities(client, queue)
+    worker = build_worker(client, queue, activity_functions(fabric, budget, audit))
+    if stop is None:
+        await worker.run()
+        return
+    async with worker:
+        await stop.wait()
