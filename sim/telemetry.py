@@ -1,0 +1,826 @@
+"""The telemetry generator: what the simulated fabric reports, step by step.
+
+``Simulator(fabric, faults=..., controller=...)`` advances a simulated clock one sampling
+interval per ``step()`` and returns the contract messages of that interval, already encoded
+(topic, key, value), so that 100,000 ports at a 10 s interval cost well under the interval:
+
+- ``fabric.counters``: one batch per device (a switch's cabled ports, or an HCA's port 1)
+  of cumulative counters that evolve as real ones do: monotonic, legacy PortCounters
+  registers that stick at their maximum (16-bit symbol errors, 8-bit link_downed, ...),
+  zeroed when the controller resets them, FEC-corrected blocks growing with the pre-FEC
+  BER, a little background noise, width and speed as trained, module temperature and
+  receive power. A switch that is rebooting answers nothing; afterwards its counters
+  start again from zero.
+- ``fabric.port-events``: trap 128 downs and ups from the switch end(s) of each link that
+  changes state (a CA sends no traps; its link_downed counter shows the down instead).
+- ``fabric.probes``: ib_write_bw between same-rail HCAs (same leaf, and across SUs through
+  spines and cores on ECMP paths) and one NCCL all-reduce per rail and SU; bandwidth is the
+  baseline times the worst link on the path (degraded width or speed, slow link, hot
+  uplink, pause storm, errors), 0 when a host link is down.
+- ``fabric.topology``: the discovered topology (links that are up, as they trained, with
+  swapped cables swapped) at the first step and every ``topology_every`` steps.
+
+Controller commands (``sim.controller``) take effect at the next step: an isolated port's
+link goes down and stays down (no flapping, no traffic, ECMP routes around it), a reset
+zeroes the port's counters, a successful repair clears the faults on that cable.
+Randomness comes from one generator per step seeded from (seed, step), so a run with the
+same inputs emits the same bytes. ``decode_messages`` turns the output into schema models.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+import zlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from schemas import COUNTER_FIELDS, LEGACY_COUNTER_BITS, decode
+from schemas.events import Event
+from schemas.topics import COUNTERS, PORT_EVENTS, PROBES, TOPOLOGY
+from sim.controller import ControllerView, SimController
+from sim.faults import Fault, check_all
+from sim.topology import LANE_GBPS, WIDTH_LANES, Fabric, Hca, Link
+
+SOURCE = "sim"
+TRAP_LINK_STATE_CHANGE = 128
+CAP64 = 2**64 - 1
+CAPS = [2 ** LEGACY_COUNTER_BITS[f] - 1 if f in LEGACY_COUNTER_BITS else CAP64
+        for f in COUNTER_FIELDS]
+F = {name: i for i, name in enumerate(COUNTER_FIELDS)}
+SYM, LER, LDN, RCV, RRP, XDS, XWT = (F[n] for n in (
+    "symbol_errors", "link_error_recovery", "link_downed", "rcv_errors",
+    "rcv_remote_phys_errors", "xmit_discards", "xmit_wait"))
+FEC, FUN, PRX, PTX, ECN = (F[n] for n in (
+    "fec_corrected", "fec_uncorrectable", "pfc_pause_rx", "pfc_pause_tx", "ecn_marked"))
+CNS, CNH, OOS, LAT, RXD = (F[n] for n in (
+    "cnp_sent", "cnp_handled", "out_of_sequence", "local_ack_timeout_err", "rx_discards_phy"))
+IB_WRITE_BW_EFFICIENCY = 0.98  # ib_write_bw at 8 MiB reaches about 98 % of the line rate
+NCCL_BUSBW_EFFICIENCY = 0.92
+IB_WRITE_BW_SIZE = 8 * 1024 * 1024
+NCCL_SIZE = 1024 * 1024 * 1024
+# xmit_wait ticks per second on a busy port, and on a polarized (hot) uplink.
+XMIT_WAIT_BUSY = 20_000.0
+XMIT_WAIT_HOT = 5_000_000.0
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One encoded contract message, ready for ``Publisher.send_raw``."""
+
+    topic: str
+    key: bytes
+    value: bytes
+
+
+@dataclass
+class StepOutput:
+    """What one step produced."""
+
+    ts: int
+    step: int
+    messages: list[Message] = field(default_factory=list)
+    port_samples: int = 0
+    port_events: int = 0
+    probes: int = 0
+    topology: bool = False
+
+    def events(self) -> list[Event]:
+        return decode_messages(self.messages)
+
+
+def decode_messages(messages: Iterable[Message]) -> list[Event]:
+    """The schema models of encoded messages (validates every one)."""
+    return [decode(m.value) for m in messages]
+
+
+class _Mod:
+    """What continuous faults do to one port during a step."""
+
+    __slots__ = ("raw", "sym", "sat", "prx", "ptx", "ecn_scale", "xw", "disc", "power")
+
+    def __init__(self) -> None:
+        self.raw: float | None = None
+        self.sym = 0.0
+        self.sat: list[tuple[int, float]] = []
+        self.prx = 0.0
+        self.ptx = 0.0
+        self.ecn_scale = 1.0
+        self.xw = 0.0
+        self.disc = 0.0
+        self.power = 0.0
+
+
+class Simulator:
+    """The fabric's telemetry over a simulated clock (see the module docstring)."""
+
+    def __init__(self, fabric: Fabric, *, faults: Iterable[Fault] = (),
+                 controller: SimController | None = None, seed: int = 0,
+                 start_ms: int | None = None, interval_s: float = 10.0,
+                 probe_every: int = 6, topology_every: int = 30,
+                 probe_pairs_per_rail: int = 32) -> None:
+        if interval_s <= 0:
+            raise ValueError("interval_s must be positive")
+        self.fabric = fabric
+        self.name = fabric.fabric
+        self.faults: list[Fault] = check_all(faults, fabric)
+        self.controller = controller
+        self.seed = seed
+        self.start_ms = int(time.time() * 1000) if start_ms is None else int(start_ms)
+        self.interval_ms = int(round(interval_s * 1000))
+        self.probe_every = probe_every
+        self.topology_every = topology_every
+        self.probe_pairs_per_rail = probe_pairs_per_rail
+        self.now_ms = self.start_ms
+        self.step_no = 0
+        self.roce = fabric.params.transport == "roce"
+
+        links = fabric.links
+        self.links: list[Link] = links
+        self.link_index: dict[tuple[str, int], int] = {}
+        for li, link in enumerate(links):
+            self.link_index[(link.a_device, link.a_port)] = li
+            self.link_index[(link.b_device, link.b_port)] = li
+        self.is_switch = {s.name for s in fabric.switches}
+        nominal_bps = fabric.params.line_gbps * 1e9
+        self.nominal_gbps = fabric.params.line_gbps
+        self.l_causes: list[set[str]] = [set() for _ in links]
+        self.l_width: list[str] = [x.width for x in links]
+        self.l_speed: list[str] = [x.speed for x in links]
+        self.l_bps: list[float] = [nominal_bps] * len(links)
+        self.l_factor: list[float] = [1.0] * len(links)
+        self.l_disabled: list[set[tuple[str, int]]] = [set() for _ in links]
+
+        # Ports, device by device, in the fabric's order.
+        self.p_dev: list[str] = []
+        self.p_port: list[int] = []
+        self.p_link: list[int] = []
+        self.p_hca: list[bool] = []
+        self.dev_ports: list[tuple[str, list[int]]] = []
+        self.port_index: dict[tuple[str, int], int] = {}
+        for device in fabric.devices():
+            idx = []
+            for port in fabric.device_ports(device):
+                pi = len(self.p_dev)
+                self.p_dev.append(device)
+                self.p_port.append(port)
+                self.p_link.append(self.link_index[(device, port)])
+                self.p_hca.append(device not in self.is_switch)
+                self.port_index[(device, port)] = pi
+                idx.append(pi)
+            self.dev_ports.append((device, idx))
+        n = len(self.p_dev)
+        self.cnt: list[list[int]] = [[0] * len(COUNTER_FIELDS) for _ in range(n)]
+        # Per-port character: pre-FEC BER, post-FEC BER, temperature, optical power, load.
+        rng = random.Random(f"{seed}:ports")  # noqa: S311 - simulation noise, not secrets
+        self.base_raw = [10 ** rng.uniform(-10.0, -8.0) for _ in range(n)]
+        self.base_eff = [10 ** rng.uniform(-16.5, -15.0) for _ in range(n)]
+        self.temp = [rng.uniform(42.0, 58.0) for _ in range(n)]
+        self.power = [rng.uniform(-1.5, 1.5) for _ in range(n)]
+        self.util = [rng.uniform(0.2, 0.7) for _ in range(n)]
+        # Fault bookkeeping.
+        self.fixed: set[int] = set()
+        self.rebooting: set[str] = set()
+        self._fault_links: list[list[int]] = [self._links_of(f) for f in self.faults]
+        self._seen_isolated: frozenset[str] = frozenset()
+        self._seen_resets: dict[str, int] = {}
+        self._seen_repaired: dict[str, int] = {}
+        self._serial = -1
+        self._build_routes()
+        self._initial_state()
+
+    # -- set-up ----------------------------------------------------------------------------
+
+    def _links_of(self, fault: Fault) -> list[int]:
+        if fault.port is not None:
+            out = [self.link_index[(fault.device, fault.port)]]
+            if fault.kind == "swap" and fault.with_device is not None:
+                out.append(self.link_index[(fault.with_device, fault.with_port or 0)])
+            return out
+        return [self.link_index[(fault.device, p)]
+                for p in self.fabric.device_ports(fault.device)]
+
+    def _initial_state(self) -> None:
+        """Faults in force from the start and a persisted controller state, without events."""
+        for fi, fault in enumerate(self.faults):
+            if fault.at_ms != 0:
+                continue
+            if fault.kind == "missing_link":
+                self.l_causes[self._fault_links[fi][0]].add(f"f{fi}")
+            elif fault.kind in ("degraded_width", "degraded_speed"):
+                self._retrain(fi, degrade=True)
+        if self.controller is not None:
+            view = self.controller.view()
+            for key in view.isolated:
+                self._isolate(key, add=True)
+            self._seen_isolated = view.isolated
+            self._seen_resets = dict(view.resets)
+            self._seen_repaired = dict(view.repaired)
+            self._serial = view.serial
+        for li in range(len(self.links)):
+            self._update_bps(li)
+
+    def _build_routes(self) -> None:
+        """ECMP adjacency: leaf and spine uplinks, core downlinks per SU, spine downlinks."""
+        self.up: dict[str, list[int]] = {}
+        self.down_to: dict[tuple[str, str], list[int]] = {}
+        self.core_down: dict[tuple[str, int], list[int]] = {}
+        for li, link in enumerate(self.links):
+            if link.tier == "host":
+                continue
+            self.up.setdefault(link.a_device, []).append(li)
+            self.down_to.setdefault((link.b_device, link.a_device), []).append(li)
+            if link.tier == "spine-core":
+                su = self.fabric.su_of(link.a_device)
+                if su is not None:
+                    self.core_down.setdefault((link.b_device, su), []).append(li)
+
+    # -- the step --------------------------------------------------------------------------
+
+    def step(self) -> StepOutput:
+        """Advance one interval; returns the messages of ``(now, now + interval]``."""
+        t0 = self.now_ms
+        t1 = t0 + self.interval_ms
+        lo = t0 - self.start_ms if self.step_no else -1
+        hi = t1 - self.start_ms
+        self.step_no += 1
+        out = StepOutput(ts=t1, step=self.step_no)
+        rng = random.Random(f"{self.seed}:step:{self.step_no}")  # noqa: S311 - noise
+        events: list[tuple[int, int, dict[str, Any]]] = []
+        self._apply_controller(t0 + 1, events)
+        self._apply_fault_edges(lo, hi, events)
+        events.sort(key=lambda e: (e[0], e[1]))
+        for _t, _seq, event in events:
+            key = f"{event['device']}:{event['port']}".encode()
+            out.messages.append(Message(PORT_EVENTS.name, key, orjson.dumps(event)))
+        out.port_events = len(events)
+        mods = self._mods(hi)
+        out.port_samples = self._counters(t1, rng, mods, out.messages)
+        if self.probe_every and self.step_no % self.probe_every == 1 % self.probe_every:
+            probes = self.probe_round(t1, rng)
+            out.probes = len(probes)
+            out.messages.extend(probes)
+        if self.topology_every and self.step_no % self.topology_every == 1 % self.topology_every:
+            out.messages.append(self.topology_message(t1))
+            out.topology = True
+        self.now_ms = t1
+        return out
+
+    def run_steps(self, n: int) -> list[StepOutput]:
+        return [self.step() for _ in range(n)]
+
+    # -- controller ------------------------------------------------------------------------
+
+    def _apply_controller(self, t: int, events: list[tuple[int, int, dict[str, Any]]]) -> None:
+        if self.controller is None:
+            return
+        view: ControllerView = self.controller.view()
+        if view.serial == self._serial:
+            return
+        self._serial = view.serial
+        for key in sorted(view.isolated - self._seen_isolated):
+            self._isolate(key, add=True, t=t, events=events)
+        for key in sorted(self._seen_isolated - view.isolated):
+            self._isolate(key, add=False, t=t, events=events)
+        self._seen_isolated = view.isolated
+        for key, seq in view.resets.items():
+            if seq != self._seen_resets.get(key):
+                pi = self._port_of_key(key)
+                if pi is not None:
+                    self.cnt[pi] = [0] * len(COUNTER_FIELDS)
+        self._seen_resets = dict(view.resets)
+        for key, when in view.repaired.items():
+            if when != self._seen_repaired.get(key):
+                self._repair(key, t, events)
+        self._seen_repaired = dict(view.repaired)
+
+    def _port_of_key(self, key: str) -> int | None:
+        device, _, port = key.rpartition(":")
+        if not port.isdigit():
+            return None
+        return self.port_index.get((device, int(port)))
+
+    def _isolate(self, key: str, *, add: bool, t: int | None = None,
+                 events: list[tuple[int, int, dict[str, Any]]] | None = None) -> None:
+        pi = self._port_of_key(key)
+        if pi is None:
+            return  # a port this fabric does not have: nothing to take down
+        li = self.p_link[pi]
+        end = (self.p_dev[pi], self.p_port[pi])
+        if add:
+            self.l_disabled[li].add(end)
+            self._cause(li, "isolated:" + key, True, t, events)
+        else:
+            self.l_disabled[li].discard(end)
+            self._cause(li, "isolated:" + key, False, t, events)
+
+    def _repair(self, key: str, t: int, events: list[tuple[int, int, dict[str, Any]]]) -> None:
+        pi = self._port_of_key(key)
+        if pi is None:
+            return
+        li = self.p_link[pi]
+        for fi, fault in enumerate(self.faults):
+            if fi in self.fixed or li not in self._fault_links[fi]:
+                continue
+            if fault.kind == "spine_reboot" or (fault.kind == "ecn_misconfig"
+                                                 and fault.port is None):
+                continue  # a device fault is not fixed by work on one cable
+            self.fixed.add(fi)
+            for fl in self._fault_links[fi]:
+                self._cause(fl, f"f{fi}", False, t, events)
+                self._cause(fl, f"r{fi}", False, t, events)
+            if fault.kind in ("degraded_width", "degraded_speed"):
+                self._retrain(fi, degrade=False)
+
+    # -- link state ------------------------------------------------------------------------
+
+    def _cause(self, li: int, cause: str, add: bool, t: int | None,
+               events: list[tuple[int, int, dict[str, Any]]] | None) -> None:
+        causes = self.l_causes[li]
+        was_up = not causes
+        if add:
+            causes.add(cause)
+        else:
+            causes.discard(cause)
+        now_up = not causes
+        if was_up == now_up or t is None or events is None:
+            return
+        link = self.links[li]
+        for device, port in link.ends():
+            if device in self.rebooting:
+                continue  # a switch that is rebooting neither traps nor counts
+            pi = self.port_index[(device, port)]
+            c = self.cnt[pi]
+            if not now_up:
+                c[LDN] = min(c[LDN] + 1, CAPS[LDN])
+                c[LER] = min(c[LER] + 1, CAPS[LER])
+            if device not in self.is_switch:
+                continue
+            if now_up:
+                phys = "LinkUp"
+            elif (device, port) in self.l_disabled[li]:
+                phys = "Disabled"
+            else:
+                phys = "Polling"
+            state = "up" if now_up else "down"
+            events.append((t, len(events), {
+                "v": 1, "id": f"sim:{self.name}:pe:{device}:{port}:{t}:{state}",
+                "ts": t, "fabric": self.name, "source": SOURCE, "kind": "port_event",
+                "device": device, "port": port, "state": state,
+                "trap": TRAP_LINK_STATE_CHANGE, "phys_state": phys, "reason": None}))
+
+    def _retrain(self, fi: int, *, degrade: bool) -> None:
+        fault = self.faults[fi]
+        li = self._fault_links[fi][0]
+        link = self.links[li]
+        if fault.kind == "degraded_width":
+            self.l_width[li] = (fault.width or "2X") if degrade else link.width
+        else:
+            self.l_speed[li] = (fault.speed or "HDR") if degrade else link.speed
+        self._update_bps(li)
+
+    def _update_bps(self, li: int) -> None:
+        lanes = WIDTH_LANES.get(self.l_width[li], 4)
+        self.l_bps[li] = lanes * LANE_GBPS.get(self.l_speed[li], 100.0) * 1e9
+
+    def link_up(self, li: int) -> bool:
+        return not self.l_causes[li]
+
+    # -- faults ----------------------------------------------------------------------------
+
+    def _apply_fault_edges(self, lo: int, hi: int,
+                           events: list[tuple[int, int, dict[str, Any]]]) -> None:
+        edges: list[tuple[int, int, int, bool]] = []  # (t rel, fault, order, start?)
+        for fi, fault in enumerate(self.faults):
+            if fi in self.fixed:
+                continue
+            for start, end in fault.occurrences():
+                if lo < start <= hi and not (start == 0 and fault.kind in (
+                        "missing_link", "degraded_width", "degraded_speed")):
+                    edges.append((start, fi, 0, True))
+                if end is not None and lo < end <= hi:
+                    edges.append((end, fi, 1, False))
+        edges.sort()
+        for rel, fi, _order, starting in edges:
+            t = self.start_ms + rel
+            fault = self.faults[fi]
+            links = self._fault_links[fi]
+            kind = fault.kind
+            if kind in ("flap", "link_down", "missing_link"):
+                if starting and any(k.startswith("isolated:") for k in self.l_causes[links[0]]):
+                    continue  # an isolated port is disabled: it cannot flap
+                self._cause(links[0], f"f{fi}", starting, t, events)
+            elif kind in ("degraded_width", "degraded_speed"):
+                # Retraining is a bounce: down now, up after down_ms at the new rate.
+                self._cause(links[0], f"r{fi}", True, t, events)
+                self._retrain(fi, degrade=starting)
+                self._cause(links[0], f"r{fi}", False, t + fault.down_ms, events)
+            elif kind == "spine_reboot":
+                if starting:
+                    for li in links:
+                        self._cause(li, f"f{fi}", True, t, events)
+                    self.rebooting.add(fault.device)
+                else:
+                    self.rebooting.discard(fault.device)
+                    for p in self.fabric.device_ports(fault.device):
+                        self.cnt[self.port_index[(fault.device, p)]] = [0] * len(COUNTER_FIELDS)
+                    for li in links:
+                        self._cause(li, f"f{fi}", False, t, events)
+            elif kind == "counter_saturation" and starting and fault.port is not None:
+                pi = self.port_index[(fault.device, fault.port)]
+                field_i = F[fault.counter or "symbol_errors"]
+                self.cnt[pi][field_i] = CAPS[field_i]
+
+    def _mods(self, rel: int) -> dict[int, _Mod]:
+        """Per-port effects of the continuous faults in force at ``rel``; link probe factors."""
+        mods: dict[int, _Mod] = {}
+        self.l_factor = [1.0] * len(self.links)
+        for li in range(len(self.links)):
+            if self.l_bps[li] < self.nominal_gbps * 1e9:
+                self.l_factor[li] = self.l_bps[li] / (self.nominal_gbps * 1e9)
+
+        def mod(device: str, port: int) -> _Mod:
+            pi = self.port_index[(device, port)]
+            m = mods.get(pi)
+            if m is None:
+                m = mods[pi] = _Mod()
+            return m
+
+        for fi, fault in enumerate(self.faults):
+            if fi in self.fixed:
+                continue
+            occ = fault.active(rel)
+            if occ is None:
+                continue
+            frac = 1.0 if not fault.ramp_ms else min(1.0, (rel - occ[0]) / fault.ramp_ms)
+            kind = fault.kind
+            li = self._fault_links[fi][0]
+            port = fault.port
+            if kind == "ber" and port is not None:
+                m = mod(fault.device, port)
+                base = self.base_raw[self.port_index[(fault.device, port)]]
+                target = max(fault.raw or 5e-5, base)
+                m.raw = base * (target / base) ** frac
+                m.power = -3.5 * frac  # a dirty or failing optic: receive power sags
+                eff = _effective_ber(m.raw)
+                self.l_factor[li] = min(self.l_factor[li], max(0.5, 1.0 - eff * 1e8))
+            elif kind == "symbol_errors" and port is not None:
+                m = mod(fault.device, port)
+                m.sym += (fault.per_hour or 2000.0) / 3600.0 * frac
+                self.l_factor[li] = min(self.l_factor[li], 0.97)
+            elif kind == "counter_saturation" and port is not None:
+                m = mod(fault.device, port)
+                m.sat.append((F[fault.counter or "symbol_errors"],
+                              (fault.per_hour or 0.0) / 3600.0))
+            elif kind == "slow_link":
+                self.l_factor[li] = min(self.l_factor[li], fault.factor or 0.6)
+            elif kind == "hot_uplink" and port is not None:
+                m = mod(fault.device, port)
+                m.xw += XMIT_WAIT_HOT
+                m.disc += 5.0
+                m.ecn_scale *= 20.0
+                self.l_factor[li] = min(self.l_factor[li], fault.factor or 0.7)
+            elif kind == "pause_storm" and port is not None:
+                rate = fault.rate or 80_000.0
+                mod(fault.device, port).prx += rate
+                peer = self.links[li].other_end(fault.device, port)
+                mod(*peer).ptx += rate
+                self.l_factor[li] = min(self.l_factor[li], 0.05)
+            elif kind == "ecn_misconfig":
+                rate = fault.rate or 3_000.0
+                ports = [port] if port is not None else self.fabric.device_ports(fault.device)
+                for p in ports:
+                    m = mod(fault.device, p)
+                    m.ptx += rate
+                    m.ecn_scale *= 0.01
+                    pli = self.link_index[(fault.device, p)]
+                    peer = self.links[pli].other_end(fault.device, p)
+                    pm = mod(*peer)
+                    pm.prx += rate
+                    pm.ecn_scale *= 0.01
+                    self.l_factor[pli] = min(self.l_factor[pli], 0.85)
+        for li in range(len(self.links)):
+            if self.l_causes[li]:
+                self.l_factor[li] = 0.0
+        return mods
+
+    # -- counters --------------------------------------------------------------------------
+
+    def _counters(self, ts: int, rng: random.Random, mods: dict[int, _Mod],
+                  out: list[Message]) -> int:
+        dt = self.interval_ms / 1000.0
+        r = rng.random
+        causes = self.l_causes
+        l_bps = self.l_bps
+        l_width = self.l_width
+        l_speed = self.l_speed
+        p_link = self.p_link
+        p_port = self.p_port
+        p_hca = self.p_hca
+        cnt = self.cnt
+        base_raw = self.base_raw
+        base_eff = self.base_eff
+        temp = self.temp
+        power = self.power
+        util = self.util
+        roce = self.roce
+        cap16 = CAPS[SYM]
+        cap8 = CAPS[LER]
+        cap32 = CAPS[XWT]
+        sqrt = math.sqrt
+        samples_total = 0
+        prefix = f"sim:{self.name}:c:"
+        dumps = orjson.dumps
+        topic = COUNTERS.name
+        for device, idx in self.dev_ports:
+            if device in self.rebooting:
+                continue
+            samples = []
+            for pi in idx:
+                li = p_link[pi]
+                c = cnt[pi]
+                u1 = r()
+                u2 = r()
+                u3 = r()
+                if causes[li]:
+                    samples.append(_down_sample(p_port[pi], c, p_hca[pi], roce))
+                    continue
+                m = mods.get(pi)
+                raw = base_raw[pi]
+                eff = base_eff[pi]
+                pw = power[pi]
+                sym_extra = 0.0
+                if m is not None:
+                    if m.raw is not None:
+                        raw = m.raw
+                        eff = max(eff, _effective_ber(raw))
+                    pw += m.power
+                    sym_extra = m.sym
+                bits = l_bps[li] * dt
+                lam = bits * raw
+                fec = int(lam + (u1 - 0.5) * 2.0 * sqrt(lam))
+                c[FEC] += fec if fec > 0 else 0
+                lam_sym = bits * eff + sym_extra * dt
+                if lam_sym < 1.0:
+                    new_sym = 1 if u2 < lam_sym else 0
+                else:
+                    new_sym = int(lam_sym + (u2 - 0.5) * 2.0 * sqrt(lam_sym))
+                if new_sym > 0:
+                    v = c[SYM] + new_sym
+                    c[SYM] = v if v < cap16 else cap16
+                    v = c[RCV] + (new_sym + 9) // 10
+                    c[RCV] = v if v < cap16 else cap16
+                    c[FUN] += new_sym // 4
+                    if new_sym > 100:
+                        v = c[LER] + 1
+                        c[LER] = v if v < cap8 else cap8
+                ut = util[pi]
+                xw = XMIT_WAIT_BUSY * ut * ut * dt * (0.5 + u3)
+                if m is not None:
+                    if m.xw:
+                        xw += m.xw * dt * (0.9 + 0.2 * u3)
+                    if m.disc:
+                        v = c[XDS] + int(m.disc * dt * (0.5 + u1))
+                        c[XDS] = v if v < cap16 else cap16
+                    for fi_, per_s in m.sat:
+                        v = c[fi_] + int(per_s * dt + u2)
+                        c[fi_] = v if v < CAPS[fi_] else CAPS[fi_]
+                v = c[XWT] + int(xw)
+                c[XWT] = v if v < cap32 else cap32
+                s: dict[str, Any] = {
+                    "port": p_port[pi], "symbol_errors": c[SYM], "link_error_recovery": c[LER],
+                    "link_downed": c[LDN], "rcv_errors": c[RCV],
+                    "rcv_remote_phys_errors": c[RRP], "xmit_discards": c[XDS],
+                    "xmit_wait": c[XWT], "local_link_integrity_errors": c[F[
+                        "local_link_integrity_errors"]],
+                    "excessive_buffer_overrun": c[F["excessive_buffer_overrun"]],
+                    "fec_corrected": c[FEC], "fec_uncorrectable": c[FUN],
+                    "raw_ber": float(f"{raw:.3g}"), "effective_ber": float(f"{eff:.3g}"),
+                    "width": l_width[li], "speed": l_speed[li],
+                    "module_temp_c": round(temp[pi] + (u3 - 0.5), 1),
+                    "rx_power_dbm": round(pw + (u1 - 0.5) * 0.1, 2),
+                }
+                if roce or p_hca[pi]:
+                    self._transport_counters(pi, c, s, m, dt, u1, u2, roce)
+                samples.append(s)
+            if not samples:
+                continue
+            samples_total += len(samples)
+            msg = {"v": 1, "id": f"{prefix}{device}:{ts}", "ts": ts, "fabric": self.name,
+                   "source": SOURCE, "kind": "counters", "device": device, "ports": samples}
+            out.append(Message(topic, device.encode(), dumps(msg)))
+        return samples_total
+
+    def _transport_counters(self, pi: int, c: list[int], s: dict[str, Any], m: _Mod | None,
+                            dt: float, u1: float, u2: float, roce: bool) -> None:
+        """HCA hw_counters; with RoCE also PFC pauses, ECN marks and CNPs."""
+        ut = self.util[pi]
+        hca = self.p_hca[pi]
+        if hca:
+            c[OOS] += 1 if u1 < 0.02 * dt else 0
+            c[LAT] += 1 if u2 < 0.001 * dt else 0
+            s["out_of_sequence"] = c[OOS]
+            s["local_ack_timeout_err"] = c[LAT]
+        if not roce:
+            return
+        ecn_scale = m.ecn_scale if m is not None else 1.0
+        pause_rx = 5.0 * ut + (m.prx if m is not None else 0.0)
+        pause_tx = 5.0 * ut + (m.ptx if m is not None else 0.0)
+        ecn = 800.0 * ut * ecn_scale
+        c[PRX] += int(pause_rx * dt * (0.8 + 0.4 * u1))
+        c[PTX] += int(pause_tx * dt * (0.8 + 0.4 * u2))
+        c[ECN] += int(ecn * dt * (0.8 + 0.4 * u2))
+        s["pfc_pause_rx"] = c[PRX]
+        s["pfc_pause_tx"] = c[PTX]
+        s["ecn_marked"] = c[ECN]
+        if hca:
+            c[CNS] += int(ecn * 0.5 * dt * (0.8 + 0.4 * u1))
+            c[CNH] += int(ecn * 0.5 * dt * (0.8 + 0.4 * u2))
+            if m is not None and m.prx > 10_000:
+                c[RXD] += int(m.prx * 0.01 * dt)
+            s["cnp_sent"] = c[CNS]
+            s["cnp_handled"] = c[CNH]
+            s["rx_discards_phy"] = c[RXD]
+
+    # -- probes ----------------------------------------------------------------------------
+
+    def probe_round(self, ts: int, rng: random.Random) -> list[Message]:
+        """ib_write_bw pairs per rail (a rotating window) and NCCL per rail and SU."""
+        params = self.fabric.params
+        nodes = self.fabric.nodes
+        n = len(nodes)
+        if n < 2:
+            return []
+        round_no = self.step_no // max(1, self.probe_every)
+        width = min(n, self.probe_pairs_per_rail)
+        first = (round_no * width) % n
+        cross = params.sus > 1 and round_no % 2 == 1
+        out: list[Message] = []
+        for rail in range(params.rails):
+            for k in range(width):
+                i = (first + k) % n
+                su_i, pos = divmod(i, params.nodes_per_su)
+                if cross:
+                    j = ((su_i + 1) % params.sus) * params.nodes_per_su + pos
+                else:
+                    j = su_i * params.nodes_per_su + (pos + 1) % params.nodes_per_su
+                if i == j:
+                    continue
+                out.append(self.probe_message("ib_write_bw", nodes[i], nodes[j], rail, ts, rng))
+            for su in range(1, params.sus + 1):
+                group = self.fabric.nodes_of_su(su)
+                if len(group) > 1:
+                    out.append(self.probe_message("nccl_allreduce", group[0], group[-1], rail,
+                                                  ts, rng, group=group))
+        return out
+
+    def probe_message(self, probe: str, src: str, dst: str, rail: int, ts: int,
+                      rng: random.Random | None = None, *,
+                      group: Sequence[str] | None = None) -> Message:
+        """One probe result as an encoded message (``probe`` ib_write_bw or nccl_allreduce)."""
+        if probe == "nccl_allreduce":
+            members = list(group) if group is not None else [src, dst]
+            factor = min((self._host_factor(node, rail) for node in members), default=0.0)
+            baseline = self.nominal_gbps * NCCL_BUSBW_EFFICIENCY
+            size = NCCL_SIZE
+        else:
+            factor = self.path_factor(src, dst, rail)
+            baseline = self.nominal_gbps * IB_WRITE_BW_EFFICIENCY
+            size = IB_WRITE_BW_SIZE
+        jitter = 1.0 + ((rng.random() if rng else 0.5) - 0.5) * 0.01
+        bw = round(max(0.0, baseline * factor * jitter), 2)
+        src_dev = f"{src}/mlx5_{rail}"
+        dst_dev = f"{dst}/mlx5_{rail}"
+        msg = {"v": 1, "id": f"sim:{self.name}:p:{probe}:{rail}:{src_dev}:{dst_dev}:{ts}",
+               "ts": ts, "fabric": self.name, "source": SOURCE, "kind": "probe",
+               "probe": probe, "src": src_dev if probe == "ib_write_bw" else src,
+               "dst": dst_dev if probe == "ib_write_bw" else dst, "rail": rail,
+               "size_bytes": size, "bw_gbps": bw, "baseline_gbps": round(baseline, 2)}
+        return Message(PROBES.name, str(rail).encode(), orjson.dumps(msg))
+
+    def probe(self, probe: str, src: str, dst: str, rail: int) -> Event:
+        """Run one probe now (the runbook's return-to-service check); returns the model."""
+        if probe not in ("ib_write_bw", "nccl_allreduce"):
+            raise ValueError(f"unknown probe {probe!r}")
+        self._mods(self.now_ms - self.start_ms)
+        rng = random.Random(  # noqa: S311 - probe jitter, not secrets
+            f"{self.seed}:probe:{probe}:{src}:{dst}:{rail}:{self.now_ms}")
+        return decode(self.probe_message(probe, src, dst, rail, self.now_ms, rng).value)
+
+    def _host_factor(self, node: str, rail: int) -> float:
+        li = self.link_index.get((f"{node}/mlx5_{rail}", 1))
+        return 0.0 if li is None else self.l_factor[li]
+
+    def path_factor(self, src: str, dst: str, rail: int) -> float:
+        """The worst link factor on the ECMP path between two nodes' HCAs of ``rail``."""
+        path = self.path(src, dst, rail)
+        if path is None:
+            return 0.0
+        return min(self.l_factor[li] for li in path)
+
+    def path(self, src: str, dst: str, rail: int) -> list[int] | None:
+        """Link indexes of the ECMP path (None when no path is up)."""
+        a = self.fabric.device(f"{src}/mlx5_{rail}")
+        b = self.fabric.device(f"{dst}/mlx5_{rail}")
+        if not isinstance(a, Hca) or not isinstance(b, Hca):
+            return None
+        la = self.link_index[(a.device, 1)]
+        lb = self.link_index[(b.device, 1)]
+        if self.l_causes[la] or self.l_causes[lb]:
+            return None
+        leaf_a = self.links[la].b_device
+        leaf_b = self.links[lb].b_device
+        if leaf_a == leaf_b:
+            return [la, lb]
+        h = zlib.crc32(f"{a.device}>{b.device}".encode())
+        mid = self._route(leaf_a, leaf_b, a.su, b.su, h)
+        return None if mid is None else [la, *mid, lb]
+
+    def _route(self, leaf_a: str, leaf_b: str, su_a: int, su_b: int,
+               h: int) -> list[int] | None:
+        def usable(ids: Sequence[int]) -> list[int]:
+            return [x for x in ids if not self.l_causes[x]]
+
+        ups = usable(self.up.get(leaf_a, []))
+        for k in range(len(ups)):
+            l1 = ups[(h + k) % len(ups)]
+            spine_a = self.links[l1].b_device
+            if su_a == su_b:
+                downs = usable(self.down_to.get((spine_a, leaf_b), []))
+                if downs:
+                    return [l1, downs[h % len(downs)]]
+                continue
+            cores = usable(self.up.get(spine_a, []))
+            for c in range(len(cores)):
+                l2 = cores[(h // 7 + c) % len(cores)]
+                core = self.links[l2].b_device
+                for l3 in usable(self.core_down.get((core, su_b), [])):
+                    spine_b = self.links[l3].a_device
+                    downs = usable(self.down_to.get((spine_b, leaf_b), []))
+                    if downs:
+                        return [l1, l2, l3, downs[h % len(downs)]]
+        return None
+
+    # -- topology --------------------------------------------------------------------------
+
+    def discovered_links(self) -> list[Link]:
+        """Links as discovery sees them now: up ones, as trained, swapped where swapped."""
+        links = []
+        for li, link in enumerate(self.links):
+            if self.l_causes[li]:
+                continue
+            if self.l_width[li] != link.width or self.l_speed[li] != link.speed:
+                link = _retrained(link, self.l_width[li], self.l_speed[li])
+            links.append(link)
+        rel = self.now_ms - self.start_ms
+        for fi, fault in enumerate(self.faults):
+            if fault.kind == "swap" and fi not in self.fixed and fault.started(rel):
+                links = fault.apply_to_links(links, self.fabric)
+        return links
+
+    def topology_message(self, ts: int) -> Message:
+        saved = self.now_ms
+        self.now_ms = ts
+        try:
+            rows = self.fabric.topology_links(self.discovered_links())
+        finally:
+            self.now_ms = saved
+        msg = {"v": 1, "id": f"sim:{self.name}:topology:{ts}", "ts": ts, "fabric": self.name,
+               "source": SOURCE, "kind": "topology", "links": rows}
+        return Message(TOPOLOGY.name, self.name.encode(), orjson.dumps(msg))
+
+
+def _retrained(link: Link, width: str, speed: str) -> Link:
+    from dataclasses import replace
+
+    return replace(link, width=width, speed=speed)
+
+
+def _effective_ber(raw: float) -> float:
+    # RS-FEC hides pre-FEC errors until the raw BER nears its limit, then lets them through
+    # steeply: about 1e-14 at raw 1e-6, 1e-11 at raw 1e-5, 1e-9 at 5e-5.
+    return 1e-11 * (raw / 1e-5) ** 3
+
+
+def _down_sample(port: int, c: list[int], hca: bool, roce: bool) -> dict[str, Any]:
+    """A port whose link is down: counters readable and frozen, no width, speed or BER."""
+    s: dict[str, Any] = {"port": port}
+    for name in ("symbol_errors", "link_error_recovery", "link_downed", "rcv_errors",
+                 "rcv_remote_phys_errors", "xmit_discards", "xmit_wait",
+                 "local_link_integrity_errors", "excessive_buffer_overrun", "fec_corrected",
+                 "fec_uncorrectable"):
+        s[name] = c[F[name]]
+    if hca:
+        s["out_of_sequence"] = c[OOS]
+        s["local_ack_timeout_err"] = c[LAT]
+    if roce:
+        for name in ("pfc_pause_rx", "pfc_pause_tx", "ecn_marked"):
+            s[name] = c[F[name]]
+        if hca:
+            for name in ("cnp_sent", "cnp_handled", "rx_discards_phy"):
+                s[name] = c[F[name]]
+    return s
