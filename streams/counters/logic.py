@@ -22,8 +22,9 @@ Semantics:
   buckets, stored only when non-zero. A rate fires ``error_rate`` when it exceeds the
   policy threshold *and* ``baselineFactor`` times the port's own baseline (an exponentially
   decayed rate with time constant ``baselineWindow``, before this sample), so a port with a
-  known steady noise floor does not page every hour. The episode ends when every window's
-  rate is back at or below the threshold.
+  known steady noise floor does not page every hour. The episode lasts while that holds and
+  ends when the worst window's rate is back at or below the threshold or within
+  ``baselineFactor`` of the baseline (the port's new normal).
 * BER: pre-FEC ``raw_ber`` above the copper or optic limit (the sample's optional
   ``media`` field, else the policy's), post-FEC ``effective_ber`` above its limit, and
   symbol BER (symbol errors over the 12 / 125 min windows divided by the bits the link
@@ -232,14 +233,16 @@ class CountersDetector:
             fi = str(i)
             d = deltas[i]
             rows = buckets.get(fi)
-            base_rate = 0.0
+            if not d and not self._is_open(ps, f"rate:{name}") and not (
+                    i == _I_SYM and self._is_open(ps, "ber:symbol")):
+                continue
+            # the baseline before this sample: its decayed count / tau, per hour
+            z = bases.get(fi)
+            decayed = 0.0
+            if z is not None:
+                decayed = z[0] * math.exp(-(ts - z[1]) / self.baseline_tau_ms)
+            base_rate = decayed / (self.baseline_tau_ms / HOUR_MS)
             if d:
-                # baseline before this sample: decayed count / tau, per hour
-                z = bases.get(fi)
-                decayed = 0.0
-                if z is not None:
-                    decayed = z[0] * math.exp(-(ts - z[1]) / self.baseline_tau_ms)
-                base_rate = decayed / (self.baseline_tau_ms / HOUR_MS)
                 bases[fi] = [decayed + d, ts]
                 if rows is None:
                     buckets[fi] = rows = []
@@ -247,9 +250,6 @@ class CountersDetector:
                     rows[-1][1] += d
                 else:
                     rows.append([minute, d])
-            elif not self._is_open(ps, f"rate:{name}") and not (
-                    i == _I_SYM and self._is_open(ps, "ber:symbol")):
-                continue
             if rows:
                 cut = (ts - self.keep_ms) // MINUTE_MS
                 while rows and rows[0][0] <= cut:
@@ -262,8 +262,11 @@ class CountersDetector:
             threshold = self.thresholds[i]
             cond = f"rate:{name}"
             worst = max(rates, key=lambda r: r[2])
-            if worst[2] > threshold:
-                if d and worst[2] > self.baseline_factor * base_rate:
+            # The episode lasts while the port is over the threshold *and* over its own
+            # baseline: a port whose noise floor the baseline has learned re-arms, so a
+            # later burst far above that floor fires again.
+            if worst[2] > threshold and worst[2] > self.baseline_factor * base_rate:
+                if d:
                     self._open(ps, cond, event, sample, DetectionKind.ERROR_RATE,
                                self.rate_action, {
                                    "counter": name, "per_hour": round(worst[2], 3),

@@ -1,0 +1,45 @@
+"""Breaker accounting: isolated ports per SU and breaker_open past the budget."""
+
+from __future__ import annotations
+
+from schemas import ActionRecord, DetectionKind
+from schemas.policy import Policy
+from streams.breaker.logic import step, su_from_name
+from streams.common import make_detection
+
+BASE = 1_700_002_800_000
+
+
+def det(port: int, t: int = 0) -> object:
+    return make_detection(kind=DetectionKind.FLAP, fabric="lab", device="leaf-su01-r1",
+                          port=port, ts=BASE + t, action="isolatePort",
+                          episode=f"flap/leaf-su01-r1:{port}/{t}", evidence={})
+
+
+def act(port: int, step_name: str, t: int = 0) -> ActionRecord:
+    return ActionRecord(id=f"a-{port}-{step_name}-{t}", ts=BASE + t, fabric="lab",
+                        source="fabricwatch", device="leaf-su01-r1", port=port,
+                        workflow_id="wf", step=step_name, actor="fabricwatch", outcome="done")
+
+
+def test_su_from_name() -> None:
+    assert su_from_name("leaf-su01-r3") == "su01"
+    assert su_from_name("spine-07") is None
+
+
+def test_breaker_opens_past_budget_and_closes() -> None:
+    policy = Policy.from_yaml("fabricHealth: {breaker: {maxIsolatedPortsPerSU: 1%}}")
+    state = None
+    fired = []
+    # 200 ports in the SU: a budget of 2
+    for ev in [det(1), act(1, "isolate"), det(2), det(3), det(3), det(4)]:
+        state, out = step(state, ev, policy, su="su01", ports_in_su=200)  # type: ignore[arg-type]
+        fired += out
+    assert [(d.detection.value, d.port) for d in fired] == [("breaker_open", 3),
+                                                           ("breaker_open", 4)]
+    assert fired[0].evidence["budget"] == 2
+    assert fired[0].action.value == "page"
+    # port 1 returns to service: under budget again, a new request is a pending grant
+    state, out = step(state, act(1, "return", 10), policy, su="su01", ports_in_su=200)
+    state, out = step(state, det(5, 20), policy, su="su01", ports_in_su=200)  # type: ignore[arg-type]
+    assert out == []

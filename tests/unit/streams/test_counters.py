@@ -1,0 +1,217 @@
+"""Counter health: resets, saturation, per-hour rates with baselines, BER, congestion, degraded."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from schemas import Counters, DetectionKind, PortSample
+from schemas.policy import Policy
+from streams.counters.logic import CountersDetector, DeviceState
+
+S = 1000
+M = 60 * S
+BASE = 1_700_002_800_000
+DEV = "leaf-su02-r1"
+
+
+def sample(port: int = 1, **values: Any) -> PortSample:
+    return PortSample(port=port, **values)
+
+
+def msg(t: int, *samples: PortSample, source: str = "gnmi", n: str | None = None) -> Counters:
+    return Counters(id=n or f"c-{t}", ts=BASE + t, fabric="lab", source=source, device=DEV,
+                    ports=list(samples))
+
+
+class Run:
+    def __init__(self, policy: Policy | None = None, roundtrip: bool = True,
+                 **kw: Any) -> None:
+        self.det = CountersDetector(policy or Policy(), **kw)
+        self.state: DeviceState | None = None
+        self.roundtrip = roundtrip
+        self.fired: list[Any] = []
+        self.downs: list[Any] = []
+
+    def __call__(self, event: Counters) -> list[Any]:
+        if self.roundtrip and self.state is not None:
+            self.state = orjson.loads(orjson.dumps(self.state))
+        self.state, dets, downs = self.det.step(self.state, event)
+        self.fired += dets
+        self.downs += downs
+        return dets
+
+    def kinds(self) -> list[tuple[str, int, int]]:
+        return [(d.detection.value, d.port, d.ts - BASE) for d in self.fired]
+
+
+def test_healthy_port_state_is_small_and_quiet() -> None:
+    run = Run()
+    for i in range(100):
+        run(msg(i * 10 * S, sample(symbol_errors=0, rcv_errors=0, link_downed=0, width="4X",
+                                   speed="NDR", raw_ber=1e-9, effective_ber=1e-15)))
+    assert run.fired == [] and run.downs == []
+    assert len(orjson.dumps(run.state)) < 200
+
+
+def test_reset_counts_from_zero() -> None:
+    run = Run()
+    run(msg(0, sample(link_downed=5)))
+    run(msg(10 * S, sample(link_downed=2)))  # reset, then 2 downs
+    assert [(d.increase, d.start - BASE, d.ts - BASE) for d in run.downs] == [(2, 0, 10 * S)]
+    assert run.state is not None and run.state["ports"]["1"][2]["r"] == 1
+
+
+def test_link_downed_increase_becomes_counter_downs_once() -> None:
+    run = Run()
+    run(msg(0, sample(port=4, link_downed=0)))
+    run(msg(10 * S, sample(port=4, link_downed=1)))
+    run(msg(10 * S, sample(port=4, link_downed=1)))  # duplicate message: stale, skipped
+    assert [(d.id, d.port, d.increase) for d in run.downs] == [(f"c-{10 * S}/4", 4, 1)]
+    assert run.state is not None and run.state["stale"] == 1
+
+
+def test_not_reported_counter_keeps_last_value() -> None:
+    run = Run()
+    run(msg(0, sample(link_downed=3)))
+    run(msg(10 * S, sample()))
+    run(msg(20 * S, sample(link_downed=4)))
+    assert [d.increase for d in run.downs] == [1]
+
+
+def test_legacy_saturation_once_per_episode() -> None:
+    run = Run()
+    for t in range(3):
+        run(msg(t * 10 * S, sample(symbol_errors=65535), source="perfquery"))
+    run(msg(30 * S, sample(symbol_errors=0), source="perfquery"))  # reset clears it
+    run(msg(40 * S, sample(symbol_errors=65535), source="perfquery"))
+    # (0 -> 65535 in 10 s is also 65535 real errors: rates and BER fire on it too)
+    assert [k for k in run.kinds() if k[0] == "counter_saturated"] == [
+        ("counter_saturated", 1, 0), ("counter_saturated", 1, 40 * S)]
+
+
+def test_saturation_needs_a_narrow_register() -> None:
+    run = Run()
+    run(msg(0, sample(symbol_errors=65535)))  # gnmi: 64-bit, a real count
+    assert run.fired == []
+    run(msg(10 * S, sample(port=2, link_downed=255, counter_bits={"link_downed": 8})))
+    assert run.kinds() == [("counter_saturated", 2, 10 * S)]
+
+
+def test_error_rate_per_hour_in_event_time() -> None:
+    run = Run()
+    # 1 rcv error a minute = 60/h: under the 200/h threshold
+    for i in range(60):
+        run(msg(i * M, sample(rcv_errors=i)))
+    assert run.fired == []
+    # 250 in one minute: over the threshold and far over its baseline
+    run(msg(61 * M, sample(rcv_errors=59 + 250)))
+    assert run.kinds() == [("error_rate", 1, 61 * M)]
+    assert run.fired[0].evidence["counter"] == "rcv_errors"
+    # more errors in the same episode: nothing new
+    run(msg(62 * M, sample(rcv_errors=59 + 500)))
+    assert len(run.fired) == 1
+    # an hour later the window is clean: the episode has ended; a new burst fires again
+    run(msg(125 * M, sample(rcv_errors=559)))
+    run(msg(126 * M, sample(rcv_errors=559 + 300)))
+    assert run.kinds()[-1] == ("error_rate", 1, 126 * M)
+
+
+def test_noisy_port_baseline_suppresses_paging() -> None:
+    # A port with a steady 300/h noise floor (over the 200/h threshold) all day long is
+    # within its own baseline: it does not page every hour. A burst 100x its floor does.
+    policy = Policy.from_yaml("fabricHealth: {errorRates: {baselineWindow: 6h}}")
+    run = Run(policy)
+    value = 0
+    for i in range(0, 24 * 60):
+        value += 5  # 300/h
+        run(msg(i * M, sample(port=9, rcv_errors=value)))
+    # once while nothing is known of it yet (41 min: 205/h), then never again all day
+    assert [k for k in run.kinds() if k[0] == "error_rate"] == [("error_rate", 9, 41 * M)]
+    for i in range(24 * 60, 24 * 60 + 10):
+        value += 500  # 30,000/h
+        run(msg(i * M, sample(port=9, rcv_errors=value)))
+    assert len([k for k in run.kinds() if k[0] == "error_rate"]) == 2
+
+
+def test_quiet_port_threshold_without_baseline_fires() -> None:
+    run = Run()
+    value = 0
+    for i in range(60):
+        value += 5
+        run(msg(i * M, sample(port=9, rcv_errors=value)))
+    assert [k[0] for k in run.kinds()] == ["error_rate"]
+
+
+def test_symbol_errors_12_minute_window_and_symbol_ber() -> None:
+    run = Run()
+    run(msg(0, sample(symbol_errors=0, width="4X", speed="NDR")))
+    run(msg(M, sample(symbol_errors=3, width="4X", speed="NDR")))
+    # 3 errors / (400 Gb/s * 720 s) = 1.04e-14 > 1e-14; 15/h is below the rate threshold
+    assert [k[0] for k in run.kinds()] == ["ber"]
+    assert run.fired[0].evidence["metric"] == "symbol_ber"
+    run2 = Run()
+    run2(msg(0, sample(symbol_errors=0)))
+    run2(msg(M, sample(symbol_errors=41)))  # 41 in 12 min = 205/h > 200/h
+    assert sorted(k[0] for k in run2.kinds()) == ["ber", "error_rate"]
+
+
+def test_ber_gauges_with_ufm_ndr_thresholds() -> None:
+    run = Run()
+    run(msg(0, sample(port=1, raw_ber=5e-6), sample(port=2, raw_ber=5e-6, media="copper"),
+            sample(port=3, effective_ber=1e-10), sample(port=4, effective_ber=1e-12)))
+    assert sorted(run.kinds()) == [("ber", 2, 0), ("ber", 3, 0)]
+    run(msg(10 * S, sample(port=2, raw_ber=5e-6, media="copper")))
+    assert len(run.fired) == 2  # once per episode
+    run(msg(20 * S, sample(port=2, raw_ber=1e-8, media="copper")))
+    run(msg(30 * S, sample(port=2, raw_ber=2e-6, media="copper")))
+    assert len(run.fired) == 3  # re-armed after it recovered
+
+
+def test_pause_storm_from_duration_and_from_frame_rate() -> None:
+    run = Run()
+    run(msg(0, sample(port=1, pfc_pause_rx=0, pfc_pause_duration_us=0),
+            sample(port=2, pfc_pause_rx=0)))
+    run(msg(10 * S, sample(port=1, pfc_pause_rx=10, pfc_pause_duration_us=6_000_000),
+            sample(port=2, pfc_pause_rx=600_000)))
+    assert sorted(run.kinds()) == [("pause_storm", 1, 10 * S), ("pause_storm", 2, 10 * S)]
+
+
+def test_ecn_pfc_misconfig() -> None:
+    run = Run()
+    run(msg(0, sample(port=1, pfc_pause_tx=0, ecn_marked=0),
+            sample(port=2, pfc_pause_tx=0, ecn_marked=0)))
+    run(msg(10 * S, sample(port=1, pfc_pause_tx=20_000, ecn_marked=100),  # PFC before ECN
+            sample(port=2, pfc_pause_tx=20_000, ecn_marked=50_000)))  # ECN working
+    assert run.kinds() == [("ecn_pfc_misconfig", 1, 10 * S)]
+
+
+def test_degraded_link_once_per_episode_rearms() -> None:
+    run = Run()
+    run(msg(0, sample(width="4X", speed="NDR")))
+    run(msg(10 * S, sample(width="2X", speed="NDR")))
+    run(msg(20 * S, sample(width="2X", speed="NDR")))
+    run(msg(30 * S, sample(width="4X", speed="NDR")))
+    run(msg(40 * S, sample(width="4X", speed="HDR")))
+    assert run.kinds() == [("degraded_link", 1, 10 * S), ("degraded_link", 1, 40 * S)]
+    assert run.fired[1].evidence["below"] == ["speed"]
+
+
+def test_degraded_link_plan_expectation_wins() -> None:
+    def plan(device: str, port: int) -> tuple[str | None, str | None] | None:
+        return ("2X", "HDR") if port == 5 else None
+
+    run = Run(expectation=plan)
+    run(msg(0, sample(port=5, width="2X", speed="HDR"), sample(port=6, width="2X", speed="HDR")))
+    assert run.kinds() == [("degraded_link", 6, 0)]
+    assert run.fired[0].detection == DetectionKind.DEGRADED_LINK
+
+
+def test_detection_ids_are_deterministic() -> None:
+    def go() -> list[str]:
+        run = Run()
+        run(msg(0, sample(raw_ber=1e-3)))
+        return [d.id for d in run.fired]
+
+    assert go() == go() == [f"det:ber/{DEV}:1/ber:raw/{BASE}"]
