@@ -139,6 +139,7 @@ def parse_partitions(text: str, path: str) -> PartitionsConf:
     while start < len(body):
         end = body.find(";", start)
         terminated = end >= 0
+        chunk_start = start
         chunk = body[start:end] if terminated else body[start:]
         offset = start + (len(chunk) - len(chunk.lstrip()))
         start = end + 1 if terminated else len(body)
@@ -151,7 +152,7 @@ def parse_partitions(text: str, path: str) -> PartitionsConf:
                 "The last statement has no closing ';'; opensm applies what it parsed but the "
                 "statement is easy to break by appending lines.",
                 "End every partition statement with ';'."))
-        _statement(conf, chunk, offset, lines)
+        _statement(conf, chunk, chunk_start, lines)
     if not conf.partitions and any(not c.isspace() for c in body):
         first = next((f for f in conf.findings if f.rule == "PART006"), None)
         detail = f" (line {first.line}: {first.reason})" if first else ""
@@ -168,7 +169,7 @@ def _bad(conf: PartitionsConf, line: int, reason: str, fix: str, member: str | N
 
 def _statement(conf: PartitionsConf, chunk: str, base: int, lines: _Lines) -> None:
     colon = chunk.find(":")
-    line = lines.at(base)
+    line = lines.at(base + len(chunk) - len(chunk.lstrip()))
     if colon < 0:
         _bad(conf, line, "opensm finds no partition definition (no ':') and skips this text.",
              "Write `Name=0xPKEY[,flags] : members ;`.")
