@@ -1,0 +1,95 @@
+"""sim.controller: idempotent commands, deterministic repairs, state that survives a restart."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sim.controller import STATE_FILE, ControllerError, SimController
+
+
+def test_isolate_is_idempotent_and_persists(tmp_path: Path) -> None:
+    ctl = SimController(tmp_path)
+    assert not ctl.is_isolated("leaf-su01-r3", 5)
+    assert ctl.isolate("leaf-su01-r3", 5) is True
+    assert ctl.isolate("leaf-su01-r3", 5) is False
+    assert ctl.is_isolated("leaf-su01-r3", 5)
+    serial = ctl.view().serial
+    ctl.isolate("leaf-su01-r3", 5)
+    assert ctl.view().serial == serial  # a no-op writes nothing
+    again = SimController(tmp_path)  # a restart reads the same state
+    assert again.is_isolated("leaf-su01-r3", 5)
+    assert again.isolated_ports() == ["leaf-su01-r3:5"]
+    assert again.unisolate("leaf-su01-r3", 5) is True
+    assert again.unisolate("leaf-su01-r3", 5) is False
+    assert not ctl.is_isolated("leaf-su01-r3", 5)  # the first instance sees the change
+
+
+def test_state_file_is_json_and_written_atomically(tmp_path: Path) -> None:
+    ctl = SimController(tmp_path)
+    ctl.isolate("node0001/mlx5_0", 1)
+    ctl.reset_counters("node0001/mlx5_0", 1)
+    state = json.loads((tmp_path / STATE_FILE).read_text())
+    assert state["version"] == 1
+    assert "node0001/mlx5_0:1" in state["isolated"]
+    assert state["resets"] == {"node0001/mlx5_0:1": 1}
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".sim-controller.")]
+
+
+def test_reset_sequence(tmp_path: Path) -> None:
+    ctl = SimController(tmp_path)
+    assert ctl.reset_counters("leaf-su01-r0", 1) == 1
+    assert ctl.reset_counters("leaf-su01-r0", 1) == 2
+    assert ctl.view().resets == {"leaf-su01-r0:1": 2}
+
+
+def test_repair_is_deterministic_and_retry_safe(tmp_path: Path) -> None:
+    rungs = ["clean-and-reseat", "swap-optic", "swap-cable", "swap-switch-port"]
+    a = SimController(tmp_path / "a", seed=7)
+    b = SimController(tmp_path / "b", seed=7)
+    ports = [(f"leaf-su01-r{r}", p) for r in range(4) for p in range(1, 9)]
+    for dev, port in ports:
+        a.isolate(dev, port)
+        b.isolate(dev, port)
+    first = [a.repair_step(d, p, rung) for d, p in ports for rung in rungs]
+    assert first == [b.repair_step(d, p, rung) for d, p in ports for rung in rungs]
+    # An activity retry gets the recorded answer, not a new draw.
+    assert first == [a.repair_step(d, p, rung) for d, p in ports for rung in rungs]
+    assert SimController(tmp_path / "a", seed=7).repairs(*ports[0])[0]["rung"] == rungs[0]
+    assert any(first) and not all(first)  # the default chances are neither 0 nor 1
+    fixed_ports = [k for k in a.view().repaired]
+    assert fixed_ports
+
+
+def test_repair_chance_is_configurable(tmp_path: Path) -> None:
+    never = SimController(tmp_path / "n", fix_chance={"clean-and-reseat": 0.0})
+    always = SimController(tmp_path / "y", fix_chance={"clean-and-reseat": 1.0})
+    for port in range(1, 30):
+        assert never.repair_step("leaf-su01-r0", port, "clean-and-reseat") is False
+        assert always.repair_step("leaf-su01-r0", port, "clean-and-reseat") is True
+    assert never.view().repaired == {}
+    # A new isolation episode draws again rather than replaying the old answer.
+    ctl = SimController(tmp_path / "e", seed=3)
+    answers = set()
+    for _ in range(20):
+        ctl.isolate("spine-su01-s1", 1)
+        answers.add(ctl.repair_step("spine-su01-s1", 1, "swap-optic"))
+        ctl.unisolate("spine-su01-s1", 1)
+    assert answers == {True, False}
+
+
+@pytest.mark.parametrize("device,port", [("", 1), ("a\nb", 1), ("leaf", -1), ("leaf", 5000),
+                                         ("leaf", True)])
+def test_bad_arguments(tmp_path: Path, device: str, port: int) -> None:
+    with pytest.raises(ControllerError):
+        SimController(tmp_path).isolate(device, port)
+
+
+def test_corrupt_state_is_reported(tmp_path: Path) -> None:
+    (tmp_path / STATE_FILE).write_text("{not json")
+    with pytest.raises(ControllerError, match="not valid JSON"):
+        SimController(tmp_path).is_isolated("x", 1)
+    with pytest.raises(ControllerError, match="between|0..1"):
+        SimController(tmp_path / "c", fix_chance={"x": 2.0})
