@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -89,8 +90,10 @@ class EmbeddedLedger(LedgerBase):
         rows: list[dict[str, Any]] = table.to_pylist()
         return rows
 
-    def insert_encoded(self, table: str, payload: bytes) -> None:
-        self.insert_format(f"INSERT INTO {table}", "JSONEachRow", [payload])
+    def insert_encoded(self, table: str, payload: bytes, fmt: str = "JSONEachRow",
+                       columns: Sequence[str] | None = None) -> None:
+        cols = f" ({', '.join(columns)})" if columns else ""
+        self.insert_format(f"INSERT INTO {table}{cols}", fmt, [payload])
 
     def insert_format(self, statement: str, fmt: str, chunks: list[bytes]) -> int:
         """Stream ``chunks`` (data in ``fmt``) into ``statement`` (``INSERT INTO t (cols)``)."""

@@ -1,10 +1,9 @@
-"""Pure mapping from contract events to ledger rows, and the counter delta tracker.
+"""Pure mapping from contract events to ledger rows.
 
 ``to_rows(event)`` is a pure function: one event in, ``(table, row)`` pairs out, no I/O and
-no clock. A ``Counters`` event explodes into one ``counter_samples`` row per port sample
-(raw values only); ``CounterDeltas`` then adds the per-interval deltas using the previous
-sample of each port, which is the one piece of state the writer keeps (see
-``sql/migrations/002_events.sql`` for why deltas are computed here and not in a view).
+no clock. A ``Counters`` event explodes into one ``counter_ingest`` row per port sample
+(raw values only); the engine derives the per-interval deltas on insert
+(``sql/migrations/005_counter_deltas.sql`` says why there and not here).
 
 Timestamps go out as epoch seconds with a millisecond fraction (``ts / 1000``): ClickHouse
 parses that exactly into ``DateTime64(3)``, whereas an integer would be read as seconds.
@@ -14,8 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any
 
 import orjson
@@ -70,31 +68,41 @@ def dead_letter_id(dl: DeadLetter) -> str:
     return f"sha256:{digest[:32]}"
 
 
-def counter_rows(event: Counters) -> list[Row]:
-    """One raw ``counter_samples`` row per port sample (deltas are added by CounterDeltas)."""
-    ts = _sec(event.ts)
-    rows: list[Row] = []
-    base = {"id": event.id, "ts": ts, "fabric": event.fabric, "source": event.source,
-            "device": event.device}
+# Column order of a raw counter sample on the fast insert path (JSONCompactEachRow).
+RAW_COUNTER_COLUMNS: tuple[str, ...] = (
+    "id", "ts", "fabric", "source", "device", "port", *COUNTER_FIELDS, *_GAUGES,
+    "width", "speed", "optic_serial")
+_counter_values = attrgetter(*COUNTER_FIELDS)
+_rest_values = attrgetter(*_GAUGES, "width", "speed")
+
+# One port sample before deltas: (head, port, counter values, gauges+width+speed+serial)
+# where head = (id, ts seconds, fabric, source, device).
+RawSample = tuple[tuple[str, float, str, str, str], int, tuple[int | None, ...],
+                  tuple[Any, ...]]
+
+
+def counter_samples(event: Counters) -> list[RawSample]:
+    """The port samples of a Counters event as tuples (the writer's fast path)."""
+    head = (event.id, _sec(event.ts), event.fabric, event.source, event.device)
+    out: list[RawSample] = []
     for sample in event.ports:
-        values = sample.__dict__
-        row = dict(base)
-        row["port"] = sample.port
-        for name in COUNTER_FIELDS:
-            row[name] = values[name]
-        for name in _GAUGES:
-            row[name] = values[name]
-        row["width"] = sample.width
-        row["speed"] = sample.speed
+        serial: str | None = None
         extra = sample.__pydantic_extra__
         if extra:
             for key in _SERIAL_KEYS:
-                serial = extra.get(key)
-                if isinstance(serial, str) and serial:
-                    row["optic_serial"] = serial
+                value = extra.get(key)
+                if isinstance(value, str) and value:
+                    serial = value
                     break
-        rows.append(row)
-    return rows
+        out.append((head, sample.port, _counter_values(sample),
+                    (*_rest_values(sample), serial)))
+    return out
+
+
+def counter_rows(event: Counters) -> list[Row]:
+    """One raw ``counter_ingest`` row per port sample (the engine adds the deltas)."""
+    return [dict(zip(RAW_COUNTER_COLUMNS, (*head, port, *values, *rest), strict=True))
+            for head, port, values, rest in counter_samples(event)]
 
 
 def topology_rows(event: Topology) -> list[TableRow]:
@@ -132,7 +140,7 @@ def topology_rows(event: Topology) -> list[TableRow]:
 def to_rows(event: Event | DeadLetter) -> list[TableRow]:
     """Every ledger row ``event`` maps to, as ``(table, row)`` pairs. Pure."""
     if isinstance(event, Counters):
-        return [("counter_samples", row) for row in counter_rows(event)]
+        return [("counter_ingest", row) for row in counter_rows(event)]
     if isinstance(event, DeadLetter):
         return [("dead_letters", {
             "id": dead_letter_id(event), "ts": _sec(event.ts), "reason": event.reason,
@@ -169,78 +177,3 @@ def to_rows(event: Event | DeadLetter) -> list[TableRow]:
                               "workflow_id": event.workflow_id, "tool": event.tool,
                               "output": event.output, "exit_code": event.exit_code})]
     raise TypeError(f"no ledger table for {type(event).__name__}")
-
-
-@dataclass
-class _Last:
-    ts: float
-    values: list[int | None]
-
-
-@dataclass
-class CounterDeltas:
-    """Per-port previous sample, and the deltas of each new one against it.
-
-    A decrease is a reset: the delta is the new value (it counted from zero) and the
-    counter's bit (index in COUNTER_FIELDS) is set in ``reset_mask``. A counter that was not
-    reported before has delta 0. A sample at or before the port's last one is a replay (or
-    too late to give a meaningful delta) and is dropped: that keeps sums over deltas exact
-    when at-least-once delivery replays a batch.
-    """
-
-    last: dict[tuple[str, str, int], _Last] = field(default_factory=dict)
-    seeded: set[str] = field(default_factory=set)
-    dropped: int = 0
-
-    def seed(self, fabric: str, rows: Iterable[Mapping[str, Any]]) -> None:
-        """Load last samples (rows of counter_last: fabric, device, port, ts as seconds)."""
-        for row in rows:
-            key = (row["fabric"], row["device"], int(row["port"]))
-            ts = float(row["ts"])
-            current = self.last.get(key)
-            if current is None or ts > current.ts:
-                self.last[key] = _Last(ts, [row.get(name) for name in COUNTER_FIELDS])
-        self.seeded.add(fabric)
-
-    def forget(self, fabric: str) -> None:
-        """Drop what is known of ``fabric`` (after a failed insert: reseed from the ledger)."""
-        self.seeded.discard(fabric)
-        for key in [k for k in self.last if k[0] == fabric]:
-            del self.last[key]
-
-    def apply(self, rows: list[Row]) -> Iterator[Row]:
-        """Add deltas to raw rows in event-time order per port; yield the rows to insert."""
-        rows = sorted(rows, key=lambda r: r["ts"])
-        last = self.last
-        fields = COUNTER_FIELDS
-        delta_names = DELTA_FIELDS
-        for row in rows:
-            key = (row["fabric"], row["device"], row["port"])
-            ts = row["ts"]
-            values = [row[name] for name in fields]
-            prev = last.get(key)
-            if prev is None:
-                row["interval_ms"] = 0
-                row["reset_mask"] = 0
-                for name in delta_names:
-                    row[name] = 0
-            else:
-                if ts <= prev.ts:
-                    self.dropped += 1
-                    continue
-                row["interval_ms"] = round((ts - prev.ts) * 1000)
-                mask = 0
-                for i, (cur, old) in enumerate(zip(values, prev.values, strict=True)):
-                    if cur is None or old is None:
-                        row[delta_names[i]] = 0
-                    elif cur >= old:
-                        row[delta_names[i]] = cur - old
-                    else:
-                        row[delta_names[i]] = cur
-                        mask |= 1 << i
-                row["reset_mask"] = mask
-                # A counter not reported in this sample keeps its last known value.
-                values = [old if cur is None else cur
-                          for cur, old in zip(values, prev.values, strict=True)]
-            last[key] = _Last(ts, values)
-            yield row

@@ -9,6 +9,7 @@ through this class.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -66,9 +67,10 @@ class ServerLedger(LedgerBase):
             raise LedgerError(str(exc)) from None
         return list(result.named_results())
 
-    def insert_encoded(self, table: str, payload: bytes) -> None:
+    def insert_encoded(self, table: str, payload: bytes, fmt: str = "JSONEachRow",
+                       columns: Sequence[str] | None = None) -> None:
         try:
-            self.client.raw_insert(table, insert_block=payload, fmt="JSONEachRow")
+            self.client.raw_insert(table, column_names=columns, insert_block=payload, fmt=fmt)
         except ClickHouseError as exc:
             raise LedgerError(str(exc)) from None
 

@@ -39,14 +39,11 @@ ORDER BY (fabric, device, port, ts, id)
 TTL toDateTime(ts) + INTERVAL ${retention_days} DAY
 SETTINGS ttl_only_drop_parts = 1;
 
--- Raw cumulative counters as read, plus the per-interval deltas the writer derives.
--- Why the writer and not a materialized view: a delta needs the port's previous sample,
--- and a materialized view sees only the block being inserted. The writer keeps the last
--- sample of every port (seeded from counter_last on open), so it also drops samples at or
--- before the last one it wrote: a replayed batch produces no second delta and the hourly
--- sums below stay exact. A decrease of a counter is a reset: the delta is then the new
--- value itself (it counts from zero) and the counter's bit is set in reset_mask
--- (bit i = COUNTER_FIELDS[i]). The first sample of a port has zero deltas and interval 0.
+-- Raw cumulative counters as read, plus the per-interval deltas derived on insert by
+-- mv_counter_deltas (005): writers insert raw samples into counter_ingest, never here.
+-- A decrease of a counter is a reset: the delta is then the new value itself (it counts
+-- from zero) and the counter's bit is set in reset_mask (bit i = COUNTER_FIELDS[i]). The
+-- first sample of a port has zero deltas and interval_ms 0.
 CREATE TABLE IF NOT EXISTS counter_samples
 (
     id          String,                        -- the Counters batch event id

@@ -1,13 +1,14 @@
 -- 003: derived tables kept current by materialized views, and hourly rollups.
 --
--- Replays: the writer never hands counter_samples a (port, ts) it already wrote (it keeps
--- each port's last sample and drops older or equal ones), so the sums in counter_hourly
--- see every sample once. Event rollups count distinct event ids (uniqExact state), which a
+-- Replays: counter_samples never receives a (port, ts) at or before the port's last stored
+-- sample (mv_counter_deltas in 005 drops it), so the sums in counter_hourly see every
+-- sample once. Event rollups count distinct event ids (uniqExact state), which a
 -- replayed event cannot change. The "last value" tables keep argMax / max states or a
 -- ReplacingMergeTree version, which a replay of the same row leaves as they were.
 
--- The last raw sample of every port: the writer seeds its delta cache from here on open
--- (one 100k-row read instead of scanning raw history). Version = sample time.
+-- The last raw sample of every port: the previous value mv_counter_deltas (005) takes the
+-- deltas of a port's next sample against (a 100k-row read instead of scanning raw
+-- history). Version = sample time.
 CREATE TABLE IF NOT EXISTS counter_last
 (
     fabric LowCardinality(String),
