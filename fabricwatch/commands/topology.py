@@ -15,7 +15,7 @@ import click
 from fabricwatch.settings import load_settings
 from schemas import ContractError, Topology, decode, dumps
 from schemas.policy import Policy
-from streams.topology.logic import DiffReport, diff
+from streams.topology.logic import DiffReport, diff, guid_names_from_topology
 from streams.topology.plan import Plan, load_plan, plan_from_topology
 
 MAX_INPUT_BYTES = 512 * 1024 * 1024  # a 100k-port ibnetdiscover is ~20 MB; far beyond is not one
@@ -54,8 +54,10 @@ def load_discovered(text: str, *, fabric: str, ts: int) -> tuple[Topology, dict[
     from collectors.ibnetdiscover import parse_ibnetdiscover, parse_nodes
 
     topology = parse_ibnetdiscover(text, fabric=fabric, ts=ts, source="ibnetdiscover")
-    names = {node.guid: node.name for node in parse_nodes(text)}
-    return topology, names
+    if guid_names_from_topology(topology):
+        # The event already carries its nodes (GUID and name): no second parse of the text.
+        return topology, {}
+    return topology, {node.guid: node.name for node in parse_nodes(text)}
 
 
 def render_text(report: DiffReport) -> str:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import csv
 import io
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from schemas import ContractError, Topology
@@ -257,3 +257,28 @@ def plan_from_topology(topology: Topology, *, cable_prefix: str | None = None) -
         cable = f"{cable_prefix}{len(links) + 1}" if cable_prefix is not None else None
         links.append(PlanLink(a[0], a[1], b[0], b[1], cable, width, speed))
     return Plan(tuple(links), REQUIRED_COLUMNS + OPTIONAL_COLUMNS)
+
+
+Expectation = tuple[str | None, str | None]
+
+
+def expectation_from_plan(plan: Plan,
+                          guid_names: dict[str, str] | None = None
+                          ) -> Callable[[str, int], Expectation | None]:
+    """``(device, port) -> (width, speed)`` the plan sets for that port's cable, or None.
+
+    For detectors that judge width/speed from counters (``streams.degraded_link``): the
+    plan's figure where it gives one, so that they and the diff agree on what is degraded.
+    """
+    names = {normalize_guid(g) or g: n for g, n in (guid_names or {}).items()}
+    table: dict[End, Expectation] = {}
+    for link in plan.links:
+        if link.width is None and link.speed is None:
+            continue
+        for device, port in (link.a, link.b):
+            table[(names.get(device, device), port)] = (link.width, link.speed)
+
+    def lookup(device: str, port: int) -> Expectation | None:
+        return table.get((canonical_device(device), port))
+
+    return lookup

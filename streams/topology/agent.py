@@ -1,0 +1,113 @@
+"""Stream side of the topology diff: ``fabric.topology`` snapshots in, detections out.
+
+``handle`` is the whole decision for one message (decode, pick the fabric's state, ``step``,
+dead-letter what does not validate) and has no Faust in it; ``register`` wires it to the
+topics and a changelogged table of a Faust app the streams worker builds:
+
+    from streams.topology.agent import register
+    from streams.topology.plan import load_plan
+    register(app, plan=load_plan(path.read_text()), policy=policy, fabric=settings.fabric)
+
+The worker diffs each snapshot of its own fabric against the plan it was given; the state
+(open findings, newest snapshot time) lives in the table ``topology-diff-state`` keyed by
+fabric, so a restarted worker does not fire the open findings again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from schemas import (
+    ContractError,
+    DeadLetter,
+    Detection,
+    Topology,
+    dead_letter,
+    decode,
+    encode,
+    message_key,
+)
+from schemas.policy import Policy
+from schemas.topics import DETECTIONS, DLQ, TOPOLOGY
+from streams.topology.logic import DEGRADED_LINK, TrackerState, step
+from streams.topology.plan import Plan
+
+log = logging.getLogger(__name__)
+
+TABLE_NAME = "topology-diff-state"
+AGENT_NAME = "fabricwatch.topology-diff"
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What one ``fabric.topology`` message leads to."""
+
+    state: dict[str, Any]  # the fabric's new table value (JSON)
+    detections: tuple[Detection, ...]
+    closed: tuple[str, ...]  # finding keys that closed with this snapshot
+    dead_letter: DeadLetter | None = None
+    skipped: str | None = None  # why the message changed nothing, when it did not
+
+
+def handle(raw: bytes, stored: Any, plan: Plan, policy: Policy, *, fabric: str,
+           emit_degraded: bool = True, guid_names: Mapping[str, str] | None = None,
+           partition: int | None = None, offset: int | None = None,
+           now_ms: int | None = None) -> Outcome:
+    """Decide everything about one message; ``stored`` is the fabric's table value or None.
+
+    With ``emit_degraded`` False the diff still tracks degraded links but does not publish
+    them, for a deployment where ``streams.degraded_link`` already judges topology snapshots.
+    """
+    unchanged = stored if isinstance(stored, dict) else {}
+    try:
+        event = decode(raw)
+        if not isinstance(event, Topology):
+            raise ContractError(f"{TOPOLOGY.name} carries topology events, not {event.kind}",
+                                "kind")
+    except ContractError as exc:
+        letter = dead_letter(raw, exc, source_topic=TOPOLOGY.name, partition=partition,
+                             offset=offset, now_ms=now_ms)
+        return Outcome(unchanged, (), (), letter, "invalid")
+    if event.fabric != fabric:
+        return Outcome(unchanged, (), (), None, f"fabric {event.fabric!r} is not this "
+                                                f"worker's ({fabric!r})")
+    result = step(TrackerState.from_json(stored), event, plan, policy, guid_names=guid_names)
+    detections = result.detections if emit_degraded else tuple(
+        d for d in result.detections if d.detection.value != DEGRADED_LINK)
+    return Outcome(result.state.to_json(), detections, result.closed, None,
+                   None if result.report is not None else "older than a snapshot already seen")
+
+
+def register(app: Any, *, plan: Plan, policy: Policy, fabric: str,
+             emit_degraded: bool = True) -> Any:
+    """Add the topology-diff agent and its state table to the Faust ``app``; returns the agent."""
+    source = app.topic(TOPOLOGY.name, key_serializer="raw", value_serializer="raw")
+    sink = app.topic(DETECTIONS.name, key_serializer="raw", value_serializer="raw")
+    dlq = app.topic(DLQ.name, key_serializer="raw", value_serializer="raw")
+    # Keyed by fabric, as the topic is: one partition's state per fabric, JSON values.
+    table = app.Table(TABLE_NAME, default=dict, partitions=TOPOLOGY.partitions)
+    key = fabric
+
+    async def topology_diff(stream: Any) -> Any:
+        async for event in stream.events():
+            message = event.message
+            outcome = handle(event.value, table.get(key), plan, policy, fabric=fabric,
+                             emit_degraded=emit_degraded, partition=message.partition,
+                             offset=message.offset)
+            if outcome.dead_letter is not None:
+                await dlq.send(key=TOPOLOGY.name.encode(), value=encode(outcome.dead_letter))
+            for det in outcome.detections:
+                await sink.send(key=message_key(det).encode("utf-8"), value=encode(det))
+            if outcome.skipped is None:
+                table[key] = outcome.state
+            else:
+                log.info("topology snapshot at offset %s skipped: %s", message.offset,
+                         outcome.skipped)
+            if outcome.closed:
+                log.info("topology findings closed: %s", ", ".join(outcome.closed))
+            yield len(outcome.detections)
+
+    return app.agent(source, name=AGENT_NAME)(topology_diff)
