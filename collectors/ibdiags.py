@@ -254,6 +254,7 @@ _LINK_CORE = re.compile(
 )
 _LI_SWITCH = re.compile(r"^Switch:\s*(0x[0-9a-fA-F]+)\s+(.*):\s*$")
 _LI_CA = re.compile(r"^(CA|Router):\s*(.*):\s*$")
+_LI_TAIL = re.compile(r'"[^"]*"\s*\(.*\)\s*$')
 _LI_PORT_GUID = re.compile(r'^(0x[0-9a-fA-F]+)\s+(?:"(.*?)"\s+)?(\d+\s+\d+\[)')
 
 
@@ -295,6 +296,10 @@ def parse_iblinkinfo(text: str, *, fabric: str, ts: int, lids: LidMap | None = N
         link = _LINK_CORE.search(stripped)
         if link is None:
             raise ParseError(None, number, f"not iblinkinfo output: {stripped[:80]!r}")
+        if not _LI_TAIL.search(stripped):
+            # Every port line ends with the peer description and a parenthesised note;
+            # without them the line was cut off.
+            raise ParseError(None, number, "incomplete iblinkinfo line (truncated output?)")
         seen = True
         lid, port = int(link.group(1)), int(link.group(2))
         lead = _LI_PORT_GUID.match(stripped)
