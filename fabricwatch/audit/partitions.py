@@ -19,7 +19,6 @@ Rules: PART001-PART009.
 
 from __future__ import annotations
 
-import bisect
 from dataclasses import dataclass, field
 
 from fabricwatch.audit.findings import Finding, finding
@@ -48,6 +47,7 @@ class Partition:
     line: int
     flags: dict[str, str | None] = field(default_factory=dict)
     members: list[Member] = field(default_factory=list)
+    errors: int = 0  # bad members opensm stopped at
 
     @property
     def is_default(self) -> bool:
@@ -66,19 +66,6 @@ class PartitionsConf:
     findings: list[Finding] = field(default_factory=list)
 
 
-class _Lines:
-    """Offset -> 1-based line number for a text."""
-
-    def __init__(self, text: str) -> None:
-        self.starts = [0]
-        for i, ch in enumerate(text):
-            if ch == "\n":
-                self.starts.append(i + 1)
-
-    def at(self, offset: int) -> int:
-        return bisect.bisect_right(self.starts, offset)
-
-
 def _membership(flag: str | None, default: str) -> tuple[str, bool]:
     """opensm's reading of a membership word, and whether the word was recognised."""
     if flag is None:
@@ -90,70 +77,181 @@ def _membership(flag: str | None, default: str) -> tuple[str, bool]:
     return "limited", False
 
 
-def _pkey(text: str) -> int | None:
-    try:
-        value = int(text, 0)
-    except ValueError:
-        # strtoul accepts a leading-zero octal such as 0100; int(..., 0) does not.
-        if text.isdigit():
-            value = int(text, 8) if text.startswith("0") and len(text) > 1 else int(text)
-        else:
-            raise
+def _strtoul(text: str) -> int:
+    """C strtoul/strtoull with base 0: 0x hex, leading-zero octal, else decimal."""
+    if text.isdigit() and text.startswith("0") and len(text) > 1:
+        return int(text, 8)
+    return int(text, 0)
+
+
+def _pkey(text: str) -> int:
+    value = _strtoul(text)
     if value < 0 or value > 0xFFFF:
         raise ValueError(text)
     return value & 0x7FFF
 
 
 def _guid(text: str) -> int:
-    if text.isdigit() and text.startswith("0") and len(text) > 1:
-        value = int(text, 8)
-    else:
-        value = int(text, 0)
+    value = _strtoul(text)
     if value <= 0 or value >= 1 << 64:
         raise ValueError(text)
     return value
 
 
-def _strip_comments(text: str) -> str:
-    """Comments to the end of the line become spaces, so offsets still match the text."""
-    out: list[str] = []
-    for raw in text.splitlines(keepends=True):
-        hash_at = raw.find("#")
-        if hash_at < 0:
-            out.append(raw)
-        else:
-            tail = "\n" if raw.endswith("\n") else ""
-            out.append(raw[:hash_at] + " " * (len(raw) - hash_at - len(tail)) + tail)
-    return "".join(out)
+class _Parser:
+    """opensm's own reading order: line by line, a statement's header (up to ':') on one line,
+    members up to ';' possibly over several lines. After a bad member opensm drops the rest of
+    that line, ';' included, so the next lines still add members to the same partition."""
+
+    def __init__(self, path: str) -> None:
+        self.conf = PartitionsConf(path=path)
+        self.current: Partition | None = None
+        self.default_member = "limited"
+
+    def bad(self, line: int, reason: str, fix: str, member: str | None = None) -> None:
+        _bad(self.conf, line, reason, fix, member)
+
+    def feed(self, lineno: int, raw: str) -> None:
+        line = raw.split("#", 1)[0]
+        pos = 0
+        while line[pos:].strip():
+            rest = line[pos:]
+            semi = rest.find(";")
+            seg = rest if semi < 0 else rest[:semi]
+            if self.current is None:
+                colon = seg.find(":")
+                if colon < 0:
+                    self.bad(lineno, "opensm finds no partition definition (no ':' on the "
+                             "line that starts the statement) and skips this line.",
+                             "Write `Name=0xPKEY[,flags] : members ;`, with the header and "
+                             "its ':' on one line.")
+                    return
+                part = self.header(seg[:colon], lineno)
+                if part is None:
+                    return  # opensm skips the rest of the line
+                self.current = part
+                seg = seg[colon + 1:]
+            if not self.members(seg, lineno):
+                return  # the rest of the line, ';' included, is lost
+            if semi < 0:
+                return
+            self.current = None
+            pos += semi + 1
+
+    def finish(self, last_line: int) -> PartitionsConf:
+        if self.current is not None:
+            self.bad(last_line, f"Partition {self.current.label} (line {self.current.line}) is "
+                     "never closed with ';', so every line after it is read as its members.",
+                     "End every partition statement with ';'.")
+        return self.conf
+
+    def header(self, text: str, line: int) -> Partition | None:
+        fields = text.split(",")
+        name_part, eq, pkey_text = fields[0].partition("=")
+        name = name_part.strip()
+        pkey: int | None = None
+        if pkey_text.strip():
+            try:
+                pkey = _pkey(pkey_text.strip())
+            except ValueError:
+                self.bad(line, f"P_Key {pkey_text.strip()[:40]!r} is not a 16-bit number, so "
+                         "opensm rejects this partition.", "Write the P_Key as hex, e.g. 0x8001.")
+                return None
+            if pkey == 0:
+                self.bad(line, "P_Key 0 is invalid, so opensm rejects this partition.",
+                         "Use a P_Key between 0x0001 and 0x7ffe.")
+                return None
+        elif eq:
+            self.bad(line, "'=' with no P_Key after it; opensm rejects this definition.",
+                     "Write the P_Key after '=' or remove the '='.")
+            return None
+        elif name == "Default":
+            pkey = DEFAULT_PKEY
+        part = Partition(name=name, pkey=pkey, line=line)
+        for raw_flag in fields[1:]:
+            flag, has_value, value = raw_flag.partition("=")
+            flag = flag.strip()
+            if not flag:
+                self.bad(line, "Empty partition flag (two commas, or a trailing comma): opensm "
+                         "reports bad partition flags and skips the definition.",
+                         "Remove the extra comma.")
+                return None
+            part.flags[flag] = value.strip() if has_value else None
+            if flag not in PARTITION_FLAGS:
+                self.conf.findings.append(finding(
+                    "PART007", self.conf.path, line,
+                    f"opensm does not know the partition flag {flag[:40]!r} and ignores it.",
+                    "Use ipoib, mtu, rate, sl, scope, Q_Key, TClass, FlowLabel, indx0 or "
+                    "defmember.", flag=flag[:40]))
+        self.default_member = "limited"
+        if "defmember" in part.flags:
+            defmember = part.flags["defmember"]
+            if defmember in ("full", "limited", "both"):
+                self.default_member = defmember
+            else:
+                self.conf.findings.append(finding(
+                    "PART009", self.conf.path, line,
+                    f"defmember={str(defmember)[:20]} is not full, limited or both; opensm "
+                    "skips it and members default to limited.",
+                    "Write defmember=full, defmember=limited or defmember=both.",
+                    flag="defmember"))
+        _check_flag_values(self.conf, part)
+        self.conf.partitions.append(part)
+        return part
+
+    def members(self, text: str, line: int) -> bool:
+        part = self.current
+        if part is None:  # feed() sets it before calling
+            return True
+        for raw in text.split(","):
+            item = raw.strip()
+            if not item:
+                continue
+            name, eq, flag = item.partition("=")
+            name = name.strip()
+            if name == "mgid":
+                return True  # an mgid=... group definition consumes the rest of the segment
+            membership, known = _membership(flag.strip() if eq else None, self.default_member)
+            if not known:
+                word = flag.strip()
+                reason = ("An empty membership after '=' is read by opensm as full."
+                          if word == "" else
+                          f"Membership {word[:20]!r} is not full, limited or both; opensm "
+                          "assumes limited.")
+                self.bad(line, reason, "Write =full, =limited or =both after the member.",
+                         member=name[:40])
+            if name in KEYWORDS:
+                if name != "NONE":
+                    part.members.append(Member(name, membership, line))
+                continue
+            try:
+                guid = _guid(name)
+            except ValueError:
+                self.bad(line, f"{name[:40]!r} is not a port GUID or keyword, so opensm stops "
+                         "reading this line (bad PortGUID): the members after it and any ';' "
+                         f"on the line are lost, and the next lines join {part.label}.",
+                         "Use 0x-prefixed port GUIDs (from ibstat or ibnetdiscover) or ALL, "
+                         "ALL_CAS, ALL_SWITCHES, ALL_ROUTERS, SELF.", member=name[:40])
+                part.errors += 1
+                return False
+            part.members.append(Member(f"0x{guid:016x}", membership, line))
+        return True
 
 
 def parse_partitions(text: str, path: str) -> PartitionsConf:
     """Parse partitions.conf; malformed statements become PART006 findings with their line.
 
-    Raises :class:`AuditInputError` when nothing in the file is a partition statement.
+    Raises :class:`AuditInputError` when nothing in the file reads as a partition statement.
     """
-    conf = PartitionsConf(path=path)
-    lines = _Lines(text)
-    body = _strip_comments(text)
-    start = 0
-    while start < len(body):
-        end = body.find(";", start)
-        terminated = end >= 0
-        chunk_start = start
-        chunk = body[start:end] if terminated else body[start:]
-        offset = start + (len(chunk) - len(chunk.lstrip()))
-        start = end + 1 if terminated else len(body)
-        if not chunk.strip():
-            continue
-        line = lines.at(offset)
-        if not terminated:
-            conf.findings.append(finding(
-                "PART006", path, line,
-                "The last statement has no closing ';'; opensm applies what it parsed but the "
-                "statement is easy to break by appending lines.",
-                "End every partition statement with ';'."))
-        _statement(conf, chunk, chunk_start, lines)
-    if not conf.partitions and any(not c.isspace() for c in body):
+    parser = _Parser(path)
+    lines = text.splitlines()
+    for lineno, raw in enumerate(lines, start=1):
+        parser.feed(lineno, raw)
+    conf = parser.finish(len(lines))
+    plausible = [p for p in conf.partitions
+                 if not any(c.isspace() for c in p.name)
+                 and (p.pkey is not None or (p.members and not p.errors))]
+    if not plausible and any(ln.split("#", 1)[0].strip() for ln in lines):
         first = next((f for f in conf.findings if f.rule == "PART006"), None)
         detail = f" (line {first.line}: {first.reason})" if first else ""
         raise AuditInputError("no valid partition statement (`Name=PKey : members ;`) found: "
@@ -165,68 +263,6 @@ def _bad(conf: PartitionsConf, line: int, reason: str, fix: str, member: str | N
          ) -> None:
     evidence = {"member": member} if member is not None else {}
     conf.findings.append(finding("PART006", conf.path, line, reason, fix, None, **evidence))
-
-
-def _statement(conf: PartitionsConf, chunk: str, base: int, lines: _Lines) -> None:
-    colon = chunk.find(":")
-    line = lines.at(base + len(chunk) - len(chunk.lstrip()))
-    if colon < 0:
-        _bad(conf, line, "opensm finds no partition definition (no ':') and skips this text.",
-             "Write `Name=0xPKEY[,flags] : members ;`.")
-        return
-    header, members = chunk[:colon], chunk[colon + 1:]
-    fields = header.split(",")
-    name_part, _, pkey_text = fields[0].partition("=")
-    name = name_part.strip()
-    pkey: int | None = None
-    if pkey_text.strip():
-        try:
-            pkey = _pkey(pkey_text.strip())
-        except ValueError:
-            _bad(conf, line, f"P_Key {pkey_text.strip()[:40]!r} is not a 16-bit number, so "
-                 "opensm rejects this partition.", "Write the P_Key as hex, e.g. 0x8001.")
-            return
-        if pkey == 0:
-            _bad(conf, line, "P_Key 0 is invalid, so opensm rejects this partition.",
-                 "Use a P_Key between 0x0001 and 0x7ffe.")
-            return
-    elif "=" in fields[0]:
-        _bad(conf, line, "'=' with no P_Key after it; opensm rejects this definition.",
-             "Write the P_Key after '=' or remove the '='.")
-        return
-    elif name == "Default":
-        pkey = DEFAULT_PKEY
-    part = Partition(name=name, pkey=pkey, line=line)
-    for raw_flag in fields[1:]:
-        flag, eq, value = raw_flag.partition("=")
-        flag = flag.strip()
-        if not flag:
-            _bad(conf, line, "Empty partition flag (two commas, or a trailing comma): opensm "
-                 "reports bad partition flags and skips the definition.",
-                 "Remove the extra comma.")
-            return
-        part.flags[flag] = value.strip() if eq else None
-        if flag not in PARTITION_FLAGS:
-            conf.findings.append(finding(
-                "PART007", conf.path, line,
-                f"opensm does not know the partition flag {flag[:40]!r} and ignores it.",
-                "Use ipoib, mtu, rate, sl, scope, Q_Key, TClass, FlowLabel, indx0 or defmember.",
-                flag=flag[:40]))
-    default_member = "limited"
-    defmember = part.flags.get("defmember")
-    if "defmember" in part.flags:
-        if defmember and defmember in ("full", "limited", "both"):
-            default_member = defmember
-        else:
-            conf.findings.append(finding(
-                "PART009", conf.path, line,
-                f"defmember={str(defmember)[:20]} is not full, limited or both; opensm "
-                "skips it and members default to limited.",
-                "Write defmember=full, defmember=limited or defmember=both.",
-                flag="defmember"))
-    _check_flag_values(conf, part)
-    _members(conf, part, members, base + colon + 1, lines, default_member)
-    conf.partitions.append(part)
 
 
 def _check_flag_values(conf: PartitionsConf, part: Partition) -> None:
@@ -255,44 +291,6 @@ def _check_flag_values(conf: PartitionsConf, part: Partition) -> None:
                 "PART009", conf.path, part.line,
                 f"{flag}={str(value)[:20]} is not a valid value (0-{limit}); opensm skips it.",
                 f"Give {flag} a number between 0 and {limit}.", flag=flag))
-
-
-def _members(conf: PartitionsConf, part: Partition, text: str, base: int, lines: _Lines,
-             default_member: str) -> None:
-    pos = 0
-    for raw in text.split(","):
-        here = base + pos + (len(raw) - len(raw.lstrip()))
-        pos += len(raw) + 1
-        line = lines.at(here)
-        item = raw.strip()
-        if not item:
-            continue
-        name, eq, flag = item.partition("=")
-        name = name.strip()
-        if name == "mgid":
-            return  # an mgid=... group definition consumes the rest of the statement
-        membership, known = _membership(flag.strip() if eq else None, default_member)
-        if not known:
-            word = flag.strip()
-            reason = ("An empty membership after '=' is read by opensm as full."
-                      if word == "" else
-                      f"Membership {word[:20]!r} is not full, limited or both; opensm assumes "
-                      "limited.")
-            _bad(conf, line, reason, "Write =full, =limited or =both after the member.",
-                 member=name[:40])
-        if name in KEYWORDS:
-            if name != "NONE":
-                part.members.append(Member(name, membership, line))
-            continue
-        try:
-            guid = _guid(name)
-        except ValueError:
-            _bad(conf, line, f"{name[:40]!r} is not a port GUID or keyword, so opensm stops "
-                 "reading this statement (bad PortGUID) and the members after it are lost.",
-                 "Use 0x-prefixed port GUIDs (from ibstat or ibnetdiscover) or ALL, ALL_CAS, "
-                 "ALL_SWITCHES, ALL_ROUTERS, SELF.", member=name[:40])
-            return
-        part.members.append(Member(f"0x{guid:016x}", membership, line))
 
 
 def audit_partitions(text: str, path: str) -> list[Finding]:
