@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,21 @@ def _literal(value: Any) -> str:
     return param_text(value)
 
 
+@dataclass(frozen=True)
+class RawResult:
+    body: bytes
+    rows_read: int
+    bytes_read: int
+    elapsed: float
+
+    def summary(self) -> dict[str, str]:
+        """ClickHouse's X-ClickHouse-Summary fields (strings, as the server sends them)."""
+        return {"read_rows": str(self.rows_read), "read_bytes": str(self.bytes_read),
+                "written_rows": "0", "written_bytes": "0", "total_rows_to_read": "0",
+                "result_rows": "0", "result_bytes": str(len(self.body)),
+                "elapsed_ns": str(int(self.elapsed * 1e9))}
+
+
 class EmbeddedLedger(LedgerBase):
     """The ledger in a chdb data folder at ``path``."""
 
@@ -70,13 +86,20 @@ class EmbeddedLedger(LedgerBase):
 
     def raw(self, sql: str, fmt: str, params: dict[str, Any] | None = None) -> bytes:
         """Run ``sql`` and return the engine's output in ClickHouse format ``fmt``."""
+        return self.raw_result(sql, fmt, params).body
+
+    def raw_result(self, sql: str, fmt: str, params: dict[str, Any] | None = None) -> RawResult:
+        """Run ``sql``: the output in format ``fmt`` and the engine's statistics."""
         text_params = {k: param_text(v) for k, v in (params or {}).items()}
         with self.lock:
             try:
                 result = self.session.query(sql, fmt, params=text_params or None)
             except Exception as exc:  # chdb raises RuntimeError or ChdbError
                 raise LedgerError(str(exc)) from None
-        return bytes(result.bytes()) if result is not None else b""
+        if result is None:
+            return RawResult(b"", 0, 0, 0.0)
+        return RawResult(bytes(result.bytes()), int(result.rows_read()),
+                         int(result.bytes_read()), float(result.elapsed()))
 
     def query(self, sql: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         text_params = {k: param_text(v) for k, v in (params or {}).items()}

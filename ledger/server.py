@@ -62,7 +62,8 @@ class ServerLedger(LedgerBase):
 
     def query(self, sql: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         try:
-            result = self.client.query(sql, parameters=params or None)
+            # query_tz: datetimes come back timezone-aware (UTC), as from the embedded backend.
+            result = self.client.query(sql, parameters=params or None, query_tz="UTC")
         except ClickHouseError as exc:
             raise LedgerError(str(exc)) from None
         return list(result.named_results())
