@@ -421,9 +421,9 @@ class Simulator:
                 self._cause(links[0], f"r{fi}", False, t + fault.down_ms, events)
             elif kind == "spine_reboot":
                 if starting:
+                    self.rebooting.add(fault.device)  # first: a rebooting switch sends no trap
                     for li in links:
                         self._cause(li, f"f{fi}", True, t, events)
-                    self.rebooting.add(fault.device)
                 else:
                     self.rebooting.discard(fault.device)
                     for p in self.fabric.device_ports(fault.device):

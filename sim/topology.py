@@ -487,14 +487,15 @@ def generate(preset: str | Params) -> Fabric:
     if lid > 0xBFFF:
         raise TopologyError(f"{lid - 1} LIDs exceed the unicast LID space (49,151)")
 
-    # Leaf uplinks: uplink u of leaf r goes to spine (u mod S)+1; each spine fills its down
-    # ports in leaf order, so every leaf gets the same share of every spine.
+    # Leaf uplinks, round robin over the SU's spines (uplink u of leaf r to spine
+    # (r*U + u) mod S + 1); each spine fills its down ports in leaf order, so every leaf
+    # gets the same share of every spine whenever the numbers divide.
     spine_next = {key: 1 for key in spine_sw}
     for su in range(1, params.sus + 1):
         for r in range(params.rails):
             leaf = leaves[(su, r)]
             for u in range(leaf_up):
-                j = u % spines + 1
+                j = (r * leaf_up + u) % spines + 1
                 sp = spine_sw[(su, j)]
                 cable(leaf.name, params.nodes_per_su + 1 + u, sp.name, spine_next[(su, j)],
                       "leaf-spine", su, r)
