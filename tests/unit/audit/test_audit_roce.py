@@ -1,0 +1,71 @@
+"""RoCE QoS audit: mlnx_qos output and switch QoS YAML."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fabricwatch.audit import AuditInputError, audit_roce
+
+GOLDEN = Path(__file__).parents[2] / "golden" / "audit" / "roce"
+
+
+def _rules(findings: list) -> list[tuple[str, int | None]]:  # type: ignore[type-arg]
+    return sorted(((f.rule, f.line) for f in findings), key=lambda r: (r[0], r[1] or 0))
+
+
+@pytest.mark.parametrize("name", ["mlnx_qos-clean.txt", "switch-qos-clean.yaml"])
+def test_clean(name: str) -> None:
+    findings, ctx = audit_roce((GOLDEN / name).read_text(), name)
+    assert findings == []
+    assert ctx.pfc_priorities == [3]
+    assert ctx.lossless_dscps is not None and 26 in ctx.lossless_dscps
+
+
+def test_mlnx_qos_dscp_map_is_read() -> None:
+    _, ctx = audit_roce((GOLDEN / "mlnx_qos-clean.txt").read_text(), "q.txt")
+    assert ctx.lossless_dscps == frozenset(range(24, 32))
+    assert ctx.dscp_to_priority[63] == 7
+
+
+def test_mlnx_qos_violations() -> None:
+    findings, ctx = audit_roce((GOLDEN / "mlnx_qos-violations.txt").read_text(), "q.txt")
+    assert _rules(findings) == [("ROCE001", 6), ("ROCE002", 2)]
+    assert ctx.pfc_priorities == [0, 2, 6, 7]
+    assert ctx.lossless_dscps is None
+
+
+def test_mlnx_qos_no_pfc_is_critical() -> None:
+    findings, _ = audit_roce((GOLDEN / "mlnx_qos-no-pfc.txt").read_text(), "q.txt")
+    assert [(f.rule, f.severity) for f in findings] == [("ROCE001", "critical")]
+
+
+def test_switch_yaml_violations() -> None:
+    findings, _ = audit_roce((GOLDEN / "switch-qos-violations.yaml").read_text(), "s.yaml")
+    assert _rules(findings) == [
+        ("ROCE001", 6),    # leaf-su01-r1: PFC on 3 and 4
+        ("ROCE001", 18),   # leaf-su01-r2: PFC on nothing
+        ("ROCE002", 3),    # trust pcp
+        ("ROCE003", 11),   # ECN max 400000 >= xoff 262144
+        ("ROCE004", 4),    # MTU 1500
+        ("ROCE005", 6),    # no watchdog (r1)
+        ("ROCE005", 20),   # watchdog disabled (r2)
+        ("ROCE006", 12),   # unknown key buffer_profile
+        ("ROCE007", 16),   # mtu: jumbo
+        ("ROCE008", 22),   # ECN disabled (r2)
+    ]
+
+
+def test_ecn_min_above_half_xoff() -> None:
+    text = ("trust: dscp\nmtu: 9216\npfc: {priorities: [3], xoff_bytes: 1000,"
+            " watchdog: {enabled: true}}\necn: {min_threshold_bytes: 600, "
+            "max_threshold_bytes: 900}\n")
+    findings, _ = audit_roce(text, "s.yaml")
+    assert [(f.rule, f.line) for f in findings] == [("ROCE003", 4)]
+
+
+@pytest.mark.parametrize("text", ["", "just text\n", "- a\n- b\n", "foo: bar\n"])
+def test_not_qos_is_refused(text: str) -> None:
+    with pytest.raises(AuditInputError):
+        audit_roce(text, "x")
