@@ -308,8 +308,14 @@ def findings_to_detections(findings: Iterable[Finding], *, fabric: str, ts: int,
     run's ``ts`` so each run is recorded once (replays of the same run deduplicate).
     """
     out: list[Detection] = []
-    for f in findings:
+    seen: dict[str, int] = {}
+    for f in sorted(findings, key=Finding.sort_key):
         fp = fingerprint(f)
+        # Alike findings (same rule, file and evidence, e.g. two malformed lines) are told
+        # apart by their order in the file.
+        seen[fp] = seen.get(fp, 0) + 1
+        if seen[fp] > 1:
+            fp = f"{fp}.{seen[fp]}"
         kind = (DetectionKind.ECN_PFC_MISCONFIG if f.kind == "roce"
                 else DetectionKind.CONFIG_POSTURE)
         name = PurePath(f.file).name or "input"
