@@ -47,6 +47,8 @@ UNEXPECTED_LINK = DetectionKind.UNEXPECTED_LINK.value
 DEGRADED_LINK = DetectionKind.DEGRADED_LINK.value
 KINDS = (MISWIRE, MISSING_LINK, DEGRADED_LINK, UNEXPECTED_LINK)
 _KIND_ORDER = {kind: i for i, kind in enumerate(KINDS)}
+# A permutation longer than this names only this many others (a report stays O(links)).
+MAX_NAMED = 32
 
 # Rail-optimized naming: a leaf named like leaf-su01-r3 (or ...-rail3) serves rail 3 of SU 1;
 # a host HCA is HOST/HCA (the collectors' naming rule), e.g. node0042/mlx5_3.
@@ -319,6 +321,8 @@ def diff(plan: Plan, discovered: Topology, policy: Policy, *,
                 for e in planned_links[i]:
                     if (r := rail_of.get(e)) is not None:
                         group_rails.setdefault(r.node, set()).add(r.rail)
+        group = [plan.links[j] for j in members] if permutation else None
+        rails_of_group = {node: tuple(sorted(r)) for node, r in group_rails.items()}
         for i in members:
             a, b = planned_links[i]
             link = plan.links[i]
@@ -326,11 +330,10 @@ def diff(plan: Plan, discovered: Topology, policy: Policy, *,
             if pa is None and pb is None:
                 findings.append(_missing(link, a, b, rail_of))
                 continue
-            others = tuple(plan.links[j].label() for j in members if j != i) if permutation \
-                else ()
+            others = _others(group, i, members) if group is not None else ()
             findings.append(_miswire(link, a, b, pa[0] if pa else None, pb[0] if pb else None,
-                                     others, group_rails if permutation else None, rail_of,
-                                     [plan.links[j] for j in members] if permutation else None))
+                                     others, rails_of_group if permutation else None,
+                                     rail_of, group))
 
     findings.sort(key=lambda f: (_KIND_ORDER[f.kind], f.a_device, f.a_port, f.b_device,
                                  f.b_port))
@@ -406,6 +409,20 @@ def _link_rails(a: End, b: End, rail_of: Mapping[End, _Rail]) -> dict[str, tuple
     return {node: tuple(sorted(rs)) for node, rs in out.items()}
 
 
+def _others(group: list[PlanLink], i: int, members: list[int]) -> tuple[str, ...]:
+    """The other cables of a permutation, by label; a huge rotation is cut at MAX_NAMED so
+    that the report stays O(links) (a whole leaf cabled one port off would be O(n^2))."""
+    out: list[str] = []
+    for j, g in zip(members, group, strict=True):
+        if j == i:
+            continue
+        if len(out) == MAX_NAMED:
+            out.append(f"... and {len(group) - 1 - MAX_NAMED} more")
+            break
+        out.append(g.label())
+    return tuple(out)
+
+
 def _and(items: list[str]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
@@ -415,14 +432,18 @@ def _cost(rails: Mapping[str, tuple[int, ...]], what: str) -> str:
 
 
 def _miswire(link: PlanLink, a: End, b: End, pa: End | None, pb: End | None,
-             others: tuple[str, ...], group_rails: Mapping[str, set[int]] | None,
+             others: tuple[str, ...], group_rails: Mapping[str, tuple[int, ...]] | None,
              rail_of: Mapping[End, _Rail], group: list[PlanLink] | None) -> Finding:
     found = "; ".join([f"{end_text(a)}<->{end_text(pa) if pa else 'nothing'}",
                        f"{end_text(b)}<->{end_text(pb) if pb else 'nothing'}"])
     if group is not None and group_rails is not None:
-        rails = {node: tuple(sorted(r)) for node, r in group_rails.items()}
-        cables = [g.cable_id for g in group]
-        if all(cables):
+        rails: Mapping[str, tuple[int, ...]] = group_rails
+        if len(rails) > MAX_NAMED:
+            rails = _link_rails(a, b, rail_of)  # a huge rotation: each names its own rails
+        cables = [g.cable_id for g in group] if len(group) <= MAX_NAMED else []
+        if len(group) > MAX_NAMED:
+            what = f"the {len(group)} cables of this rotation (see swapped_with)"
+        elif all(cables):
             what = "cables " + _and([str(c) for c in cables])
         else:
             what = f"the {len(group)} cables at " + _and(

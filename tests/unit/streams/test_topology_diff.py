@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import random
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from hypothesis import strategies as st
 from collectors.ibnetdiscover import parse_ibnetdiscover, parse_nodes
 from schemas import Topology, TopologyLink
 from schemas.policy import Policy
-from streams.topology.logic import DiffReport, Finding, diff, link_key
+from streams.topology.logic import MAX_NAMED, DiffReport, Finding, diff, link_key
 from streams.topology.plan import Plan, PlanError, PlanLink, load_plan, plan_from_topology
 
 FIXTURES = Path(__file__).resolve().parents[3].parent / "shared" / "fixtures" / "ibnetdiscover"
@@ -311,3 +312,32 @@ def test_random_permutation_of_plan_ends_is_reported_exactly(data: st.DataObject
             assert planned[key].label() in by_key[other].swapped_with
         group_ends = {e for k in group for e in (planned[k].a, planned[k].b)}
         assert {peer[e] for e in group_ends} == group_ends
+
+
+def test_huge_rotation_stays_linear_and_names_a_bounded_list() -> None:
+    links = rail_fabric(1024, rails=4, per_su=32)
+    host = [i for i, x in enumerate(links) if "/" in x.a_device]
+    found = as_found(links)
+    for k, i in enumerate(host):  # every host cable moved to the next host cable's leaf port
+        found[i] = (links[i].a, links[host[(k + 1) % len(host)]].b)
+    t = time.perf_counter()
+    report = diff(Plan(tuple(links)), topo(found), POLICY)
+    assert time.perf_counter() - t < 5
+    assert report.summary["miswire"] == len(host) == 4096
+    assert report.summary["swap_groups"] == 1
+    f = report.findings[0]
+    assert len(f.swapped_with) == MAX_NAMED + 1 and f.swapped_with[-1] == "... and 4063 more"
+    assert "the 4096 cables of this rotation" in f.explanation
+    assert len(f.rails) == 1  # its own node's rail, not 1024 nodes'
+
+
+def test_leaf_cabled_one_port_off_is_a_chain_of_moves() -> None:
+    links = rail_fabric(7, rails=1, per_su=8)
+    found = as_found(links)
+    for i, x in enumerate(links):
+        if "/" in x.a_device:
+            found[i] = (x.a, (x.b_device, x.b_port + 1))  # port 8 of the leaf is free
+    report = diff(Plan(tuple(links)), topo(found), POLICY)
+    assert [f.kind for f in report.findings] == ["miswire"] * 7
+    assert all(f.swapped_with == () for f in report.findings)
+    assert report.summary["unexpected_link"] == 0 and report.summary["swap_groups"] == 0
