@@ -5,7 +5,8 @@ so that a detector can tell a legacy counter stuck at its maximum (``counter_sat
 from a real count: plain ``perfquery`` reads PortCounters (IBA 16.1.3.5: 16-bit error
 counters, 8-bit link_downed / link_error_recovery, 4-bit integrity / overrun, 32-bit data
 and xmit_wait, see ``schemas.LEGACY_COUNTER_BITS``); ``perfquery -x`` reads
-PortCountersExtended, whose registers are 64-bit; ``ibqueryerrors`` reads PortCounters.
+PortCountersExtended, whose registers are 64-bit (its error counters only where the PMA's
+CapMask2 says it has them; otherwise they are left null); ``ibqueryerrors`` reads PortCounters.
 
 Counters the contract does not name (data and packet counts, switch relay and constraint
 errors, VL15/QP1 drops, the -D/-E detail counters) are kept as extra snake_case fields of
@@ -72,6 +73,9 @@ _LEGACY_EXTRA_BITS: dict[str, int] = {
     "xmit_pkts": 32,
     "rcv_pkts": 32,
 }
+# PortCountersExtended's own counters (the rest of a -x block are the additional ones).
+_EXT_DATA_FIELDS = {"xmit_data", "rcv_data", "xmit_pkts", "rcv_pkts", "unicast_xmit_pkts",
+                    "unicast_rcv_pkts", "multicast_xmit_pkts", "multicast_rcv_pkts"}
 # Fields perfquery prints that are selectors, not counters.
 _SELECTORS = {"PortSelect", "CounterSelect", "CounterSelect2"}
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
@@ -109,6 +113,7 @@ def parse_perfquery(text: str, *, fabric: str, ts: int, device: str | None = Non
     devices: dict[str, DeviceSamples] = {}
     current: PortValues | None = None
     width = 64
+    addl_unsupported = False
     seen_block = False
     for number, line in lines(text):
         stripped = line.strip()
@@ -135,10 +140,17 @@ def parse_perfquery(text: str, *, fabric: str, ts: int, device: str | None = Non
                                                "LIDs")
             dev = devices.setdefault(name, DeviceSamples(name))
             current = dev.sample(port)
+            addl_unsupported = False
             if title == "Port extended counters":
                 width = 64
                 if cap2 is not None:
                     current.values["cap_mask2"] = cap2
+                    # CapMask2 bit 1 (IsAdditionalPortCountersExtendedSupported): without
+                    # it the extended attribute has no error counters, and what an older
+                    # perfquery prints there are reserved zeros, not readings.
+                    addl_unsupported = not int(cap2, 16) & 0x2
+                    if addl_unsupported:
+                        current.values["extended_error_counters"] = "unsupported"
             elif title == "Port counters":
                 width = 0  # legacy widths, per counter
             else:
@@ -152,7 +164,10 @@ def parse_perfquery(text: str, *, fabric: str, ts: int, device: str | None = Non
             if name_ in _SELECTORS:
                 continue
             key = _field_for(name_)
-            current.values[key] = to_int(value, number, name_)
+            number_value = to_int(value, number, name_)
+            if addl_unsupported and key not in _EXT_DATA_FIELDS:
+                continue
+            current.values[key] = number_value
             bits = width or LEGACY_COUNTER_BITS.get(key) or _LEGACY_EXTRA_BITS.get(key)
             if bits:
                 current.bits[key] = bits

@@ -201,7 +201,7 @@ _UFM_LINE = re.compile(
     r"\[(\d+)\]\s+\[(\d+)\]\s+([A-Z]+)\s+\[([^\]]*)\]\s+(\S+)\s+\[(.*?)\]\s*:\s*(.*)$"
 )
 _UFM_END = re.compile(
-    r"\((Switch|Computer|Host|Gateway|Router)\s*:\s*(.*?):([0-9/]+)\)\s*(?:0x)?([0-9A-Fa-f]{16})"
+    r"\((Switch|Computer|Host|Gateway|Router)\s*:\s*([^:()]*):([^:()]*)\)\s*(?:0x)?([0-9A-Fa-f]{16})"
     r"\s*:\s*(\d+)"
 )
 _UFM_CODES: dict[int, tuple[str, str | None]] = {
