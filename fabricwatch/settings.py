@@ -85,6 +85,7 @@ class Settings(BaseSettings):
     clickhouse_url: str | None = None  # e.g. http://user:pass@clickhouse:8123/fabricwatch
     fabric: str = "lab"
     policy_path: Path | None = None
+    plan_path: Path | None = None  # the cable plan CSV the topology diff checks fabric.topology against
     kafka: KafkaSettings = KafkaSettings()
     temporal: TemporalSettings = TemporalSettings()
     ledger: LedgerSettings = LedgerSettings()

@@ -85,9 +85,9 @@ def topology_group() -> None:
 
 
 @topology_group.command("diff")
-@click.option("--plan", "plan_path", required=True, type=click.Path(path_type=Path,
+@click.option("--plan", "plan_path", default=None, type=click.Path(path_type=Path,
               dir_okay=False), help="cable plan CSV: a_device,a_port,b_device,b_port[,cable_id,"
-              "width,speed]")
+              "width,speed] (default: FABRICWATCH_PLAN_PATH)")
 @click.option("--discovered", "discovered_path", required=True,
               type=click.Path(path_type=Path, dir_okay=False),
               help="ibnetdiscover output (either format) or a JSON topology event")
@@ -97,7 +97,7 @@ def topology_group() -> None:
               default=None, help="policy YAML (degradedLink expectations); default: settings")
 @click.option("--fabric", default=None, help="fabric name for ibnetdiscover input "
               "(default: settings)")
-def diff_command(plan_path: Path, discovered_path: Path, fmt: str, policy_path: Path | None,
+def diff_command(plan_path: Path | None, discovered_path: Path, fmt: str, policy_path: Path | None,
                  fabric: str | None) -> None:
     """Diff the discovered topology against the plan: exit 0 match, 1 findings, 2 bad input."""
     settings = load_settings()
@@ -105,6 +105,9 @@ def diff_command(plan_path: Path, discovered_path: Path, fmt: str, policy_path: 
         policy = Policy.load(policy_path or settings.policy_path)
     except ContractError as exc:
         raise _fail(f"policy: {exc}") from None
+    plan_path = plan_path or settings.plan_path
+    if plan_path is None:
+        raise _fail("no plan: give --plan PLAN.csv or set FABRICWATCH_PLAN_PATH")
     try:
         plan: Plan = load_plan(_read(plan_path, "plan"))
     except ContractError as exc:

@@ -5,8 +5,10 @@ dead-letter what does not validate) and has no Faust in it; ``register`` wires i
 topics and a changelogged table of a Faust app the streams worker builds:
 
     from streams.topology.agent import register
-    from streams.topology.plan import load_plan
-    register(app, plan=load_plan(path.read_text()), policy=policy, fabric=settings.fabric)
+    from streams.topology.plan import load_plan_file
+    if settings.plan_path is not None:  # FABRICWATCH_PLAN_PATH
+        register(app, plan=load_plan_file(settings.plan_path), policy=policy,
+                 fabric=settings.fabric)
 
 The worker diffs each snapshot of its own fabric against the plan it was given; the state
 (open findings, newest snapshot time) lives in the table ``topology-diff-state`` keyed by

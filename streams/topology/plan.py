@@ -19,6 +19,7 @@ import io
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from schemas import ContractError, Topology
 from schemas.policy import SPEED_RANK, WIDTH_RANK
@@ -282,3 +283,17 @@ def expectation_from_plan(plan: Plan,
         return table.get((canonical_device(device), port))
 
     return lookup
+
+
+def load_plan_file(path: Path) -> Plan:
+    """The plan in the CSV file ``path``; ``PlanError`` names the file and the line."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise PlanError(f"cannot read plan file {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise PlanError(f"plan file {path} is not UTF-8 text (byte {exc.start})") from None
+    try:
+        return load_plan(text)
+    except PlanError as exc:
+        raise PlanError(f"{path}: {exc.reason}", exc.line) from None

@@ -25,6 +25,7 @@ def run(*args: str | Path) -> tuple[int, str, str]:
 @pytest.fixture(autouse=True)
 def _no_policy_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("FABRICWATCH_POLICY_PATH", raising=False)
+    monkeypatch.delenv("FABRICWATCH_PLAN_PATH", raising=False)
 
 
 def test_plan_from_itself_matches_in_both_ibnetdiscover_formats(tmp_path: Path) -> None:
@@ -108,3 +109,12 @@ def test_missing_files_and_bad_policy_exit_2(tmp_path: Path) -> None:
     plan = GOLDEN / "small-topo-edited-plan.csv"
     code, _, err = run("diff", "--plan", plan, "--discovered", SMALL, "--policy", policy)
     assert code == 2 and "policy" in err and "expectWidth" in err
+
+
+def test_plan_from_settings_or_a_clear_error(tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    code, _, err = run("diff", "--discovered", SMALL)
+    assert code == 2 and "no plan: give --plan" in err
+    monkeypatch.setenv("FABRICWATCH_PLAN_PATH", str(GOLDEN / "small-topo-edited-plan.csv"))
+    code, out, _ = run("diff", "--discovered", SMALL)
+    assert code == 1 and orjson.loads(out)["summary"]["findings"] == 5

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -11,7 +13,9 @@ from streams.topology.plan import (
     Plan,
     PlanError,
     PlanLink,
+    expectation_from_plan,
     load_plan,
+    load_plan_file,
     normalize_guid,
     plan_from_topology,
 )
@@ -101,3 +105,30 @@ def test_arbitrary_text_raises_only_plan_error(text: str) -> None:
         load_plan("a_device,a_port,b_device,b_port,cable_id,width,speed\n" + text)
     except PlanError:
         pass
+
+
+def test_load_plan_file_names_the_file_and_line(tmp_path: Path) -> None:
+    good = tmp_path / "plan.csv"
+    good.write_text("a_device,a_port,b_device,b_port\nx,1,y,1\n")
+    assert len(load_plan_file(good)) == 1
+    bad = tmp_path / "bad.csv"
+    bad.write_text("a_device,a_port,b_device,b_port\nx,1,y,one\n")
+    with pytest.raises(PlanError) as caught:
+        load_plan_file(bad)
+    assert caught.value.line == 2 and str(bad) in caught.value.reason
+    with pytest.raises(PlanError, match="cannot read plan file"):
+        load_plan_file(tmp_path / "absent.csv")
+    binary = tmp_path / "binary.csv"
+    binary.write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(PlanError, match="not UTF-8"):
+        load_plan_file(binary)
+
+
+def test_expectation_from_plan() -> None:
+    plan = load_plan("a_device,a_port,b_device,b_port,width,speed\n"
+                     "leaf,1,node/mlx5_0,1,4X,NDR\nleaf,2,node/mlx5_1,1,,\n"
+                     "0xb8599f0300fc6de4,3,leaf,3,,HDR\n")
+    expect = expectation_from_plan(plan, {"0xB8599F0300FC6DE4": "r-ufm-sw95"})
+    assert expect("leaf", 1) == expect("node/mlx5_0", 1) == ("4X", "NDR")
+    assert expect("leaf", 2) is None and expect("nowhere", 1) is None
+    assert expect("r-ufm-sw95", 3) == (None, "HDR")
