@@ -20,6 +20,32 @@ from streams.flap.logic import CounterDowns, FlapState
 from streams.flap.logic import step as flap_step
 from streams.probes import logic as probes
 
+# How many recent message ids a keyed state remembers, to recognise a redelivery.
+RECENT = 32
+
+
+def once(value: dict[str, Any] | None, msg_id: str,
+         apply: Callable[[Any], tuple[Any, list[Detection], list[CounterDowns]]]
+         ) -> tuple[dict[str, Any], list[Detection], list[CounterDowns], bool]:
+    """Apply a message to a keyed state at most once; a redelivery repeats its outputs.
+
+    ``value`` is what the table keeps for the key: ``{"s": state, "r": recent}`` where
+    ``recent`` lists the last ``RECENT`` message ids with the detections and counter downs
+    each produced (as wire dicts). A message id found there is a redelivery (at-least-once
+    after a crash, or a duplicate): its outputs are returned again, identical, and the
+    state is untouched. Returns (value, detections, counter downs, was it a redelivery).
+    """
+    box = value if value is not None else {"s": None, "r": []}
+    for rid, dets, downs in box["r"]:
+        if rid == msg_id:
+            return (box, [Detection.model_validate(d) for d in dets],
+                    [CounterDowns.from_wire(d) for d in downs], True)
+    box["s"], detections, counter_downs = apply(box["s"])
+    box["r"].append([msg_id, [d.to_wire() for d in detections],
+                     [d.to_wire() for d in counter_downs]])
+    del box["r"][:-RECENT]
+    return box, detections, counter_downs, False
+
 
 @dataclass
 class Context:
@@ -41,7 +67,7 @@ class Engine:
         self.flap: dict[str, FlapState] = {}
         self.devices: dict[str, Any] = {}
         self.rails: dict[str, Any] = {}
-        self.fabrics: dict[str, dict[str, str]] = {}
+        self.fabrics: dict[str, Any] = {}
         self.sus: dict[str, Any] = {}
 
     def feed(self, event: Event | CounterDowns) -> list[Detection]:
@@ -49,19 +75,18 @@ class Engine:
         if isinstance(event, PortEvent | CounterDowns):
             out += self.feed_flap(event)
         elif isinstance(event, Counters):
-            state, dets, downs = self.counters.step(self.devices.get(event.device), event)
-            self.devices[event.device] = state
+            self.devices[event.device], dets, downs, _ = self.apply_counters(
+                self.devices.get(event.device), event)
             out += dets
             for d in downs:
                 out += self.feed_flap(d)
         elif isinstance(event, Probe):
             key = str(event.rail)
-            self.rails[key], dets = probes.step(self.rails.get(key), event, self.policy,
-                                                self.context.paths)
+            self.rails[key], dets, _, _ = self.apply_probe(self.rails.get(key), event)
             out += dets
         elif isinstance(event, Topology):
-            self.fabrics[event.fabric], dets = step_topology(
-                self.fabrics.get(event.fabric), event, self.policy, self.context.expectation)
+            self.fabrics[event.fabric], dets, _, _ = self.apply_topology(
+                self.fabrics.get(event.fabric), event)
             out += dets
         elif isinstance(event, Detection | ActionRecord):
             return self.feed_breaker(event)
@@ -71,15 +96,46 @@ class Engine:
 
     def feed_flap(self, event: PortEvent | CounterDowns) -> list[Detection]:
         key = f"{event.device}:{event.port}"
-        state, dets = flap_step(self.flap.get(key) or FlapState(), event, self.policy)
-        self.flap[key] = state
+        self.flap[key], dets = self.apply_flap(self.flap.get(key), event)
         return dets
 
     def feed_breaker(self, event: Detection | ActionRecord) -> list[Detection]:
         su = self.context.su_of(event.device)
         if su is None:
             return []
-        self.sus[su], dets = breaker.step(
-            self.sus.get(su), event, self.policy, su=su,
-            ports_in_su=self.context.ports_per_su.get(su, breaker.DEFAULT_PORTS_PER_SU))
+        self.sus[su], dets, _, _ = self.apply_breaker(self.sus.get(su), su, event)
         return dets
+
+    # The keyed steps the worker's agents call with the table's value for the key.
+
+    def apply_counters(self, value: dict[str, Any] | None, event: Counters
+                       ) -> tuple[dict[str, Any], list[Detection], list[CounterDowns], bool]:
+        return once(value, event.id, lambda st: self.counters.step(st, event))
+
+    def apply_probe(self, value: dict[str, Any] | None, event: Probe
+                    ) -> tuple[dict[str, Any], list[Detection], list[CounterDowns], bool]:
+        def run(st: Any) -> tuple[Any, list[Detection], list[CounterDowns]]:
+            new, dets = probes.step(st, event, self.policy, self.context.paths)
+            return new, dets, []
+        return once(value, event.id, run)
+
+    def apply_topology(self, value: dict[str, Any] | None, event: Topology
+                       ) -> tuple[dict[str, Any], list[Detection], list[CounterDowns], bool]:
+        def run(st: Any) -> tuple[Any, list[Detection], list[CounterDowns]]:
+            new, dets = step_topology(st, event, self.policy, self.context.expectation)
+            return new, dets, []
+        return once(value, event.id, run)
+
+    def apply_flap(self, value: FlapState | None, event: PortEvent | CounterDowns
+                   ) -> tuple[FlapState, list[Detection]]:
+        return flap_step(value or FlapState(), event, self.policy)
+
+    def apply_breaker(self, value: dict[str, Any] | None, su: str,
+                      event: Detection | ActionRecord
+                      ) -> tuple[dict[str, Any], list[Detection], list[CounterDowns], bool]:
+        def run(st: Any) -> tuple[Any, list[Detection], list[CounterDowns]]:
+            new, dets = breaker.step(
+                st, event, self.policy, su=su,
+                ports_in_su=self.context.ports_per_su.get(su, breaker.DEFAULT_PORTS_PER_SU))
+            return new, dets, []
+        return once(value, event.id, run)

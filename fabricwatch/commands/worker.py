@@ -1,0 +1,91 @@
+"""``fabricwatch worker``: run the stream processors (the Faust app) against the broker.
+
+``--workers N`` starts N worker processes in one consumer group; Kafka spreads the input
+partitions over them (``fabric.port-events`` and ``fabric.counters`` have 12 partitions by
+default, ``settings.kafka.partitions`` overrides), so N above the partition count adds
+nothing. Each process keeps its RocksDB state in ``state_dir/streams/worker-<i>``; after a
+rebalance a worker rebuilds a moved partition's state from its changelog topic. The
+embedded ledger (chdb) allows one writer process: with it, only worker 0 runs the ledger
+sink (set ``FABRICWATCH_CLICKHOUSE_URL`` for a ledger server every worker writes to;
+``fabric.detections`` is always complete). Exit code 2 on a bad policy or option.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from types import FrameType
+
+import click
+
+from fabricwatch.settings import load_settings
+from schemas.errors import ContractError
+from schemas.policy import Policy
+
+
+@click.command("worker")
+@click.option("--policy", "policy_path", type=click.Path(path_type=Path, dir_okay=False),
+              default=None, help="Policy YAML (default: settings.policy_path, else built-in).")
+@click.option("--workers", type=click.IntRange(1, 64), default=1, show_default=True,
+              help="Worker processes in the consumer group (at most the partition count "
+                   "is useful).")
+@click.option("--ledger/--no-ledger", default=True, show_default=True,
+              help="Also write detections and dead letters to the ledger.")
+@click.option("--loglevel", type=click.Choice(["debug", "info", "warning", "error"]),
+              default="info", show_default=True)
+@click.option("--index", "worker_index", type=click.IntRange(0, 63), default=0, hidden=True)
+def worker_command(policy_path: Path | None, workers: int, ledger: bool, loglevel: str,
+                   worker_index: int) -> None:
+    """Run the stream processors until stopped (SIGINT/SIGTERM)."""
+    settings = load_settings()
+    path = policy_path or settings.policy_path
+    try:
+        policy = Policy.load(path)
+    except ContractError as exc:
+        where = f" at {exc.path}" if exc.path else ""
+        click.echo(f"error: {path}{where}: {exc.reason}", err=True)
+        raise SystemExit(2) from None
+    if workers > 1:
+        raise SystemExit(_supervise(workers, path, ledger, loglevel,
+                                    embedded=settings.clickhouse_url is None))
+    import faust
+
+    from streams.app import StreamsApp
+
+    logging.basicConfig(level=loglevel.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    sa = StreamsApp(settings, policy, ledger=ledger, worker_index=worker_index)
+    worker = faust.Worker(sa.app, loglevel=loglevel.upper(), quiet=True,
+                          redirect_stdouts=False, override_logging=False)
+    worker.execute_from_commandline()
+
+
+def _supervise(workers: int, policy: Path | None, ledger: bool, loglevel: str, *,
+               embedded: bool) -> int:
+    """Start ``workers`` single-worker processes and wait; SIGTERM/SIGINT stop them all."""
+    procs: list[subprocess.Popen[bytes]] = []
+    for i in range(workers):
+        args = [sys.executable, "-c", "from fabricwatch.cli import main; main()", "worker",
+                "--workers", "1", "--index", str(i), "--loglevel", loglevel]
+        if policy is not None:
+            args += ["--policy", str(policy)]
+        # chdb allows one process per data folder: only worker 0 writes the embedded ledger
+        if not ledger or (embedded and i > 0):
+            args.append("--no-ledger")
+        procs.append(subprocess.Popen(args))  # noqa: S603 - fixed argv, validated options
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        for p in procs:
+            if p.poll() is None:
+                p.terminate()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    codes = [p.wait() for p in procs]
+    return max(codes, default=0)
+
+
+COMMANDS: list[click.Command] = [worker_command]

@@ -1,0 +1,193 @@
+"""The Faust app: topics, changelogged tables, the detections/DLQ/ledger outputs, the agents.
+
+``StreamsApp(settings, policy)`` builds one faust-streaming app (aiokafka driver) against
+``settings.kafka.bootstrap_servers``. Each input topic has one thin agent
+(``streams/<detector>/agent.py``) that decodes raw bytes with ``schemas.decode``, loads the
+key's state from a table, calls the pure detector (through ``streams.engine.Engine``, the
+same code ``fabricwatch replay`` runs) and writes state, detections and dead letters back.
+
+Tables (``rocksdb://`` under ``settings.state_dir/streams``, changelogged to Kafka, so a
+restarted or rebalanced worker recovers them), keyed like their source topic:
+
+* ``flap`` by port: ``fabric.port-events`` plus the internal ``counter-downs`` topic, which
+  the counters agent fills with link_downed increases re-keyed from device to port (both
+  topics have the same partition count, so Faust assigns them together);
+* ``counters`` by device, ``probes`` by rail, ``topology`` by fabric;
+* ``breaker`` by SU, fed by the internal ``breaker`` topic (isolating detections and
+  ``fabric.actions`` records re-keyed by SU).
+
+Delivery is at least once. Every state remembers which messages it has applied (event ids
+for flap, the last message ids per key elsewhere) and a redelivered message yields exactly
+the detections it yielded the first time, so a crash between deciding and publishing loses
+nothing and duplicates carry the same ``id``/``episode``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import faust
+
+from fabricwatch.settings import Settings
+from schemas import Action, ContractError, DeadLetter, Detection, Event, dead_letter, decode, encode
+from schemas import topics as registry
+from schemas.policy import Policy
+from streams.engine import Context, Engine
+from streams.sink import LedgerSink, LedgerWriter
+
+log = logging.getLogger(__name__)
+
+APP_ID = "fabricwatch-streams"
+COUNTER_DOWNS_TOPIC = f"{APP_ID}.counter-downs"
+BREAKER_TOPIC = f"{APP_ID}.breaker"
+
+
+def partitions_of(settings: Settings, topic: registry.Topic) -> int:
+    return settings.kafka.partitions.get(topic.name, topic.partitions)
+
+
+def broker_urls(bootstrap: str) -> list[str]:
+    return [f"kafka://{h.strip()}" for h in bootstrap.split(",") if h.strip()]
+
+
+class StreamsApp:
+    """One worker's Faust app with the detectors wired in."""
+
+    def __init__(self, settings: Settings, policy: Policy, *, context: Context | None = None,
+                 ledger: bool = True, worker_index: int = 0,
+                 app_id: str = APP_ID) -> None:
+        self.settings = settings
+        self.policy = policy
+        self.engine = Engine(policy, context)
+        self.datadir = Path(settings.state_dir) / "streams" / f"worker-{worker_index}"
+        self.datadir.mkdir(parents=True, exist_ok=True)
+        self.app = faust.App(
+            app_id,
+            broker=broker_urls(settings.kafka.bootstrap_servers),
+            store="rocksdb://",
+            datadir=str(self.datadir),
+            web_enabled=False,
+            key_serializer="raw",
+            value_serializer="raw",
+            consumer_auto_offset_reset="earliest",
+            topic_replication_factor=1,
+            table_standby_replicas=0,
+            stream_wait_empty=False,
+            producer_acks=-1,
+            producer_linger_ms=5,
+            broker_commit_interval=1.0,
+        )
+        n_port = partitions_of(settings, registry.PORT_EVENTS)
+
+        def topic(name: str, partitions: int | None = None, internal: bool = False) -> Any:
+            return self.app.topic(name, key_type=bytes, value_type=bytes,
+                                  key_serializer="raw", value_serializer="raw",
+                                  partitions=partitions, internal=internal)
+
+        self.port_events = topic(registry.PORT_EVENTS.name)
+        self.counters = topic(registry.COUNTERS.name)
+        self.probes = topic(registry.PROBES.name)
+        self.topology = topic(registry.TOPOLOGY.name)
+        self.actions = topic(registry.ACTIONS.name)
+        self.detections = topic(registry.DETECTIONS.name)
+        self.dlq = topic(registry.DLQ.name)
+        self.counter_downs = topic(COUNTER_DOWNS_TOPIC, n_port, internal=True)
+        self.breaker = topic(BREAKER_TOPIC, 1, internal=True)
+
+        def table(name: str, partitions: int) -> Any:
+            # bytes types make Faust pick the raw codec for the store and the changelog:
+            # the value is our own orjson, decoded once by us.
+            return self.app.Table(name, default=None, partitions=partitions, key_type=bytes,
+                                  value_type=bytes)
+
+        self.flap_table = table("flap", n_port)
+        self.counters_table = table("counters", partitions_of(settings, registry.COUNTERS))
+        self.probes_table = table("probes", partitions_of(settings, registry.PROBES))
+        self.topology_table = table("topology", partitions_of(settings, registry.TOPOLOGY))
+        self.breaker_table = table("breaker", 1)
+        self.sink: LedgerSink | None = LedgerSink(self._open_ledger) if ledger else None
+        self.stats = {"events": 0, "samples": 0, "detections": 0, "dead_letters": 0}
+        self._register()
+
+    def _open_ledger(self) -> LedgerWriter:
+        from ledger import open_ledger
+
+        return open_ledger(self.settings)
+
+    def _register(self) -> None:
+        from streams.breaker import agent as breaker_agent
+        from streams.counters import agent as counters_agent
+        from streams.degraded_link import agent as topology_agent
+        from streams.flap import agent as flap_agent
+        from streams.probes import agent as probes_agent
+
+        for module in (flap_agent, counters_agent, probes_agent, topology_agent,
+                       breaker_agent):
+            module.register(self)
+
+        @self.app.timer(interval=1.0)  # type: ignore[untyped-decorator]
+        async def flush_ledger() -> None:
+            if self.sink is not None:
+                await self.sink.flush()
+
+        @self.app.timer(interval=30.0)  # type: ignore[untyped-decorator]
+        async def report() -> None:
+            log.info("streams: %s", self.stats)
+
+
+    # -- what agents share -----------------------------------------------------------------
+
+    async def decode(self, event: Any, topic: registry.Topic) -> Event | None:
+        """The contract event in a Faust event, or None after dead-lettering it."""
+        raw = event.value if isinstance(event.value, bytes) else b""
+        try:
+            obj = decode(raw)
+            if obj.kind not in topic.kinds:
+                raise ContractError(f"kind {obj.kind!r} does not belong on topic {topic.name}",
+                                    "kind")
+        except ContractError as exc:
+            await self.dead_letter(raw, exc, event.message)
+            return None
+        return obj
+
+    async def dead_letter(self, raw: bytes, error: ContractError, message: Any) -> None:
+        record = dead_letter(raw, error, source_topic=message.topic,
+                             partition=message.partition, offset=message.offset)
+        self.stats["dead_letters"] += 1
+        log.warning("dead letter %s[%s]@%s: %s", message.topic, message.partition,
+                    message.offset, error)
+        await self.dlq.send(key=message.topic.encode(), value=encode(record))
+        self._to_ledger([record])
+
+    async def failed(self, raw: bytes, exc: Exception, message: Any) -> None:
+        """A message our code could not process: dead-letter it and carry on."""
+        log.exception("processing %s[%s]@%s failed", message.topic, message.partition,
+                      message.offset)
+        await self.dead_letter(raw, ContractError(f"processing failed: {exc!r}"[:500]),
+                               message)
+
+    async def publish(self, detections: Sequence[Detection]) -> None:
+        """Detections to fabric.detections (key device:port), the breaker, and the ledger."""
+        if not detections:
+            return
+        su_of = self.engine.context.su_of
+        for det in detections:
+            data = encode(det)
+            await self.detections.send(key=det.key.encode(), value=data)
+            if det.action == Action.ISOLATE_PORT:
+                su = su_of(det.device)
+                if su is not None:
+                    await self.breaker.send(key=su.encode(), value=data)
+        self.stats["detections"] += len(detections)
+        self._to_ledger(detections)
+
+    def _to_ledger(self, events: Sequence[Detection | DeadLetter]) -> None:
+        if self.sink is not None and self.sink.add(events):
+            self.app.loop.create_task(self.sink.flush())
+
+    def now_ms(self) -> int:
+        return int(time.time() * 1000)

@@ -1,0 +1,35 @@
+"""Probes agent: probe results keyed by rail through the probe detector."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from schemas import Probe
+from schemas import topics as registry
+
+if TYPE_CHECKING:
+    from streams.app import StreamsApp
+
+
+def register(sa: StreamsApp) -> None:
+    table = sa.probes_table
+
+    @sa.app.agent(sa.probes, name="probes")
+    async def probes(stream: Any) -> None:
+        async for event in stream.events():
+            raw = event.value if isinstance(event.value, bytes) else b""
+            try:
+                msg = await sa.decode(event, registry.PROBES)
+                if not isinstance(msg, Probe):
+                    continue
+                key = str(msg.rail).encode()
+                stored = table.get(key)
+                value, detections, _, _ = sa.engine.apply_probe(
+                    orjson.loads(stored) if stored else None, msg)
+                table[key] = orjson.dumps(value)
+                sa.stats["events"] += 1
+                await sa.publish(detections)
+            except Exception as exc:  # never die on a message
+                await sa.failed(raw, exc, event.message)
