@@ -112,6 +112,7 @@ def parse_opensm(text: str, path: str) -> OpensmConf:
     """Parse opensm.conf text; raise :class:`AuditInputError` if it is not an opensm.conf."""
     conf = OpensmConf(path=path)
     content_lines = 0
+    known = 0  # lines whose key opensm knows
     for lineno, raw in enumerate(text.splitlines(), start=1):
         line = raw.split("#", 1)[0].strip()
         if not line:
@@ -119,6 +120,7 @@ def parse_opensm(text: str, path: str) -> OpensmConf:
         content_lines += 1
         parts = line.split(None, 1)
         key = parts[0]
+        known += key in KNOWN_KEYS
         if len(parts) == 1:
             conf.findings.append(finding(
                 "OSM016", path, lineno,
@@ -142,7 +144,6 @@ def parse_opensm(text: str, path: str) -> OpensmConf:
                 f"({_shown(key, value)}).",
                 f"Keep one {key} line.", key=key, first_line=previous.line))
         conf.entries[key] = Entry(key, value, lineno)
-    known = sum(1 for k in conf.entries if k in KNOWN_KEYS)
     if content_lines and known == 0:
         raise AuditInputError("no opensm option found: this is not an opensm.conf", path)
     if content_lines and known * 2 < content_lines:

@@ -6,7 +6,7 @@ import json
 import time
 from pathlib import Path
 
-import jsonschema
+import jsonschema  # type: ignore[import-untyped]  # via kubernetes-validate (dev)
 import pytest
 
 from fabricwatch.audit import (
