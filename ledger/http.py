@@ -19,8 +19,8 @@ Grafana's ClickHouse plugin, curl. Enough of the protocol for those clients:
   ``-Format`` and ``-Timezone``.
 
 Read-only unless ``allow_writes``: only SELECT / WITH / SHOW / DESCRIBE / EXPLAIN / EXISTS
-statements run, one statement per request, each with ``readonly=2`` appended (the engine
-then refuses writes and file/url table functions itself). GET is always read-only, as in
+statements run, one statement per request, each with ``readonly=1`` appended last (the
+engine then refuses writes and file/url table functions itself). GET is always read-only, as in
 ClickHouse. There is no authentication: the endpoint binds to loopback only. The database
 is the engine's one (``default``); a ``database`` parameter is accepted and ignored.
 Response bodies are not compressed (clients accept that).
@@ -39,12 +39,15 @@ import zlib
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlsplit
 
-from ledger.base import LedgerError
+from ledger.base import LedgerBase, LedgerError
 from ledger.embedded import EmbeddedLedger
 from ledger.migrations import strip_comments
+
+if TYPE_CHECKING:
+    from fabricwatch.settings import Settings
 
 # lz4 ships no type information; one untyped handle instead of a mypy override.
 _lz4_frame: Any = importlib.import_module("lz4.frame")
@@ -68,7 +71,9 @@ _FORMAT_TAIL = re.compile(r"\bFORMAT\s+([A-Za-z][A-Za-z0-9_]*)\s*;?\s*$", re.IGN
 _INSERT_FORMAT = re.compile(
     r"^\s*(INSERT\s+INTO\s+.+?)\s+FORMAT\s+([A-Za-z][A-Za-z0-9_]*)[ \t]*(?:\r?\n|$)",
     re.IGNORECASE | re.DOTALL)
-_SETTINGS_TAIL = re.compile(r"\bSETTINGS\b[^()']*$", re.IGNORECASE)
+_SETTING_ITEM = r"[A-Za-z_]\w*\s*=\s*(?:'(?:[^'\\]|\\.)*'|[\w.+-]+)"
+_SETTINGS_TAIL = re.compile(rf"\bSETTINGS\s+{_SETTING_ITEM}(?:\s*,\s*{_SETTING_ITEM})*\s*$",
+                            re.IGNORECASE)
 _SETTING_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,127}$")
 _CODE = re.compile(r"Code:\s*(\d+)")
 _CONTENT_TYPES = {
@@ -202,7 +207,9 @@ class LedgerEndpoint:
             sql = sql[:match.start()]
         if verb in _READ_VERBS and verb not in ("SHOW", "DESCRIBE", "DESC", "EXISTS"):
             if not writable:
-                settings["readonly"] = "2"
+                # Last in the clause, after the client's settings: readonly=1 also refuses
+                # file() / url() table functions (readonly=2 would allow them).
+                settings["readonly"] = "1"
             sql = with_settings(sql, settings)
         result = self.ledger.raw_result(sql, fmt, params or None)
         return Outcome(result.body, fmt, result.summary())
@@ -382,3 +389,16 @@ def advertised_endpoint(state_dir: Path) -> str | None:
     except PermissionError:
         pass  # alive, owned by someone else
     return url
+
+
+def serve_embedded(ledger: LedgerBase, settings: Settings) -> LedgerHTTPServer | None:
+    """In the process that owns an embedded ledger: serve it on ``settings.ledger``'s
+    loopback port and advertise it in the state folder (the CLI finds it there). Returns
+    None for a server ledger, which needs no endpoint. Call ``stop()`` at shutdown."""
+    if not isinstance(ledger, EmbeddedLedger):
+        return None
+    cfg = settings.ledger
+    server = LedgerHTTPServer(ledger, host=cfg.http_host, port=cfg.http_port,
+                              allow_writes=cfg.allow_writes_over_http)
+    server.start(settings.state_dir)
+    return server

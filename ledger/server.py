@@ -62,8 +62,9 @@ class ServerLedger(LedgerBase):
 
     def query(self, sql: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         try:
-            # query_tz: datetimes come back timezone-aware (UTC), as from the embedded backend.
-            result = self.client.query(sql, parameters=params or None, query_tz="UTC")
+            # tz_mode="aware": datetimes come back timezone-aware (UTC), as from the
+            # embedded backend (clickhouse-connect's default makes UTC values naive).
+            result = self.client.query(sql, parameters=params or None, tz_mode="aware")
         except ClickHouseError as exc:
             raise LedgerError(str(exc)) from None
         return list(result.named_results())

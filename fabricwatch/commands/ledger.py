@@ -1,0 +1,236 @@
+"""``fabricwatch ledger``: migrate, query (cookbook or SQL), list tables, serve the endpoint.
+
+Which ledger: ``clickhouse_url`` when set; else, when a worker owns the embedded ledger and
+advertises its HTTP endpoint in the state folder, that endpoint (chdb lets one process
+open the data folder); else the embedded engine directly.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import io
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import click
+import orjson
+
+from fabricwatch.settings import Settings, load_settings
+from ledger.base import LedgerBase, LedgerError
+from ledger.queries import cookbook, params_for
+
+
+def _connect(settings: Settings, *, for_write: bool = False) -> tuple[LedgerBase, str]:
+    from ledger.http import advertised_endpoint
+    from ledger.server import ServerLedger
+
+    cfg = settings.ledger
+    if settings.clickhouse_url:
+        return ServerLedger(settings.clickhouse_url, retention_days=cfg.retention_days,
+                            raw_counter_retention_days=cfg.raw_counter_retention_days,
+                            create_database=for_write), "server"
+    url = advertised_endpoint(settings.state_dir)
+    if url is not None:
+        return ServerLedger(url, retention_days=cfg.retention_days,
+                            raw_counter_retention_days=cfg.raw_counter_retention_days,
+                            compress=False), f"endpoint {url}"
+    from ledger.embedded import EmbeddedLedger
+
+    if not for_write and not settings.ledger_path.exists():
+        raise click.ClickException(f"no ledger at {settings.ledger_path}; run "
+                                   "`fabricwatch ledger migrate` first")
+    return EmbeddedLedger(settings.ledger_path, retention_days=cfg.retention_days,
+                          raw_counter_retention_days=cfg.raw_counter_retention_days), "embedded"
+
+
+@contextmanager
+def _opened(settings: Settings, *, for_write: bool = False) -> Iterator[tuple[LedgerBase, str]]:
+    try:
+        ledger, where = _connect(settings, for_write=for_write)
+    except LedgerError as exc:
+        raise click.ClickException(str(exc)) from None
+    try:
+        yield ledger, where
+    finally:
+        ledger.close()
+
+
+def _parse_params(pairs: tuple[str, ...]) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name.isidentifier():
+            raise click.BadParameter(f"{pair!r} is not NAME=VALUE", param_hint="--param")
+        out[name] = value
+    return out
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, dt.datetime):
+        return value.isoformat(timespec="milliseconds")
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
+
+
+def render(rows: list[dict[str, Any]], fmt: str) -> str:
+    """Rows as a table, JSON (array of objects) or CSV with a header."""
+    if fmt == "json":
+        return orjson.dumps(rows, default=str, option=orjson.OPT_INDENT_2).decode()
+    columns = list(rows[0]) if rows else []
+    if fmt == "csv":
+        buf = io.StringIO()
+        writer = csv.writer(buf)
+        writer.writerow(columns)
+        for row in rows:
+            writer.writerow([_cell(row[c]) for c in columns])
+        return buf.getvalue().rstrip("\n")
+    if not rows:
+        return "(no rows)"
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(show_lines=False)
+    for column in columns:
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        table.add_row(*[_cell(row[c]) for c in columns])
+    console = Console(file=io.StringIO(), width=200, no_color=True)
+    console.print(table)
+    out = console.file.getvalue()  # type: ignore[attr-defined]
+    return str(out).rstrip("\n")
+
+
+@click.group("ledger")
+def ledger_group() -> None:
+    """The ClickHouse ledger: schema, analyst queries, the HTTP endpoint."""
+
+
+@ledger_group.command("migrate")
+def migrate_command() -> None:
+    """Apply pending schema migrations (sql/migrations)."""
+    settings = load_settings()
+    with _opened(settings, for_write=True) as (ledger, where):
+        if where.startswith("endpoint"):
+            # The owning worker migrates when it opens the ledger; report where it stands.
+            from ledger.migrations import load_migrations
+
+            latest = load_migrations()[-1].version
+            rows = ledger.query("SELECT max(version) AS v FROM schema_migrations")
+            current = int(rows[0]["v"]) if rows else 0
+            click.echo(f"the ledger is owned by a running worker ({where}); it migrates on "
+                       f"start. Schema version {current}, latest {latest}.")
+            if current < latest:
+                raise SystemExit(1)
+            return
+        try:
+            applied = ledger.migrate()
+        except LedgerError as exc:
+            raise click.ClickException(f"migrate via {where} failed: {exc}") from None
+    click.echo(f"migrated ({where}): applied {applied or 'nothing, already current'}")
+
+
+@ledger_group.command("query")
+@click.argument("name_or_sql")
+@click.option("--param", "-p", "params", multiple=True, metavar="NAME=VALUE",
+              help="A query parameter ({name:Type} in the SQL). Repeatable.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]),
+              default="table", show_default=True)
+def query_command(name_or_sql: str, params: tuple[str, ...], fmt: str) -> None:
+    """Run a cookbook query by name (see `ledger queries`), a .sql file, or SQL text."""
+    settings = load_settings()
+    given = _parse_params(params)
+    book = cookbook()
+    if name_or_sql in book:
+        query = book[name_or_sql]
+        try:
+            values = params_for(query, given, settings.fabric)
+        except KeyError as exc:
+            raise click.UsageError(f"{name_or_sql} needs --param for: {exc.args[0]}") from None
+        unknown = set(given) - set(query.params)
+        if unknown:
+            raise click.UsageError(f"{name_or_sql} takes no parameter {sorted(unknown)}; "
+                                   f"it takes {sorted(query.params)}")
+        sql = query.sql
+    else:
+        path = Path(name_or_sql)
+        if name_or_sql.endswith(".sql") and path.is_file():
+            sql = path.read_text()
+        elif " " not in name_or_sql.strip():
+            raise click.UsageError(f"no cookbook query named {name_or_sql!r}; known: "
+                                   f"{', '.join(book)}")
+        else:
+            sql = name_or_sql
+        values = given
+    with _opened(settings) as (ledger, _where):
+        try:
+            rows = ledger.query(sql, values or None)
+        except LedgerError as exc:
+            raise click.UsageError(f"query failed: {exc}") from None
+    click.echo(render(rows, fmt))
+
+
+@ledger_group.command("queries")
+def queries_command() -> None:
+    """List the cookbook: each query's name, parameters and what it answers."""
+    for name, query in cookbook().items():
+        params = ", ".join(f"{k}:{v}" for k, v in query.params.items())
+        click.echo(f"{name}  ({params})\n    {query.description}\n")
+
+
+@ledger_group.command("tables")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]),
+              default="table", show_default=True)
+def tables_command(fmt: str) -> None:
+    """The ledger's tables and views with their engines, rows and size."""
+    settings = load_settings()
+    with _opened(settings) as (ledger, _where):
+        rows = ledger.query(
+            "SELECT name, engine, total_rows AS rows, "
+            "formatReadableSize(total_bytes) AS size FROM system.tables "
+            "WHERE database = currentDatabase() AND NOT is_temporary ORDER BY name")
+    click.echo(render(rows, fmt))
+
+
+@ledger_group.command("serve")
+@click.option("--port", type=int, default=None, help="Default: settings ledger.http_port.")
+def serve_command(port: int | None) -> None:
+    """Own the embedded ledger and serve its ClickHouse HTTP endpoint until interrupted."""
+    from ledger.embedded import EmbeddedLedger
+    from ledger.http import LedgerHTTPServer
+
+    settings = load_settings()
+    cfg = settings.ledger
+    try:
+        ledger = EmbeddedLedger(settings.ledger_path, retention_days=cfg.retention_days,
+                                raw_counter_retention_days=cfg.raw_counter_retention_days)
+    except LedgerError as exc:
+        raise click.ClickException(str(exc)) from None
+    try:
+        ledger.migrate()
+        server = LedgerHTTPServer(ledger, host=cfg.http_host,
+                                  port=cfg.http_port if port is None else port,
+                                  allow_writes=cfg.allow_writes_over_http)
+        url = server.start(settings.state_dir)
+        click.echo(f"ledger {settings.ledger_path} served on {url} "
+                   f"({'read-write' if cfg.allow_writes_over_http else 'read-only'})")
+        stop = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        try:
+            while not stop.wait(1.0):
+                pass
+        except KeyboardInterrupt:
+            pass
+        server.stop()
+    finally:
+        ledger.close()
+
+
+COMMANDS: list[click.Command] = [ledger_group]
