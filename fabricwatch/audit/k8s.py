@@ -65,7 +65,7 @@ class K8sOptions:
 
 
 @dataclass
-class _Doc:
+class K8sObject:
     path: str
     node: MappingNode
     kind: str
@@ -74,11 +74,11 @@ class _Doc:
     findings: list[Finding] = field(default_factory=list)
 
 
-def _line(node: Node) -> int:
+def line_of(node: Node) -> int:
     return int(node.start_mark.line) + 1
 
 
-def _get(node: Node | None, key: str) -> Node | None:
+def get(node: Node | None, key: str) -> Node | None:
     if not isinstance(node, MappingNode):
         return None
     found: Node | None = None
@@ -88,28 +88,28 @@ def _get(node: Node | None, key: str) -> Node | None:
     return found
 
 
-def _path(node: Node | None, keys: Sequence[str]) -> Node | None:
+def get_path(node: Node | None, keys: Sequence[str]) -> Node | None:
     for key in keys:
-        node = _get(node, key)
+        node = get(node, key)
     return node
 
 
-def _str(node: Node | None) -> str | None:
+def scalar(node: Node | None) -> str | None:
     if isinstance(node, ScalarNode):
         return str(node.value)
     return None
 
 
-def _true(node: Node | None) -> bool:
-    value = _str(node)
+def is_true(node: Node | None) -> bool:
+    value = scalar(node)
     return value is not None and value.lower() in ("true", "yes", "on", "y")
 
 
-def _items(node: Node | None) -> list[Node]:
+def items(node: Node | None) -> list[Node]:
     return list(node.value) if isinstance(node, SequenceNode) else []
 
 
-def _pairs(node: Node | None) -> list[tuple[str, Node]]:
+def pairs(node: Node | None) -> list[tuple[str, Node]]:
     if not isinstance(node, MappingNode):
         return []
     return [(str(k.value), v) for k, v in node.value if isinstance(k, ScalarNode)]
@@ -145,18 +145,18 @@ def compose_documents(text: str, path: str) -> list[Node]:
         raise AuditInputError(f"not valid YAML: {type(exc).__name__}", path) from None
 
 
-def _objects(node: Node, path: str) -> Iterator[_Doc]:
-    kind = _str(_get(node, "kind"))
-    api = _str(_get(node, "apiVersion"))
+def objects(node: Node, path: str) -> Iterator[K8sObject]:
+    kind = scalar(get(node, "kind"))
+    api = scalar(get(node, "apiVersion"))
     if not isinstance(node, MappingNode) or not kind or not api:
         return
     if kind.endswith("List"):
-        for item in _items(_get(node, "items")):
-            yield from _objects(item, path)
+        for item in items(get(node, "items")):
+            yield from objects(item, path)
         return
-    meta = _get(node, "metadata")
-    yield _Doc(path=path, node=node, kind=kind, name=_str(_get(meta, "name")) or "(unnamed)",
-               namespace=_str(_get(meta, "namespace")) or "default")
+    meta = get(node, "metadata")
+    yield K8sObject(path=path, node=node, kind=kind, name=scalar(get(meta, "name")) or "(unnamed)",
+               namespace=scalar(get(meta, "namespace")) or "default")
 
 
 def audit_manifest_text(text: str, path: str, options: K8sOptions, *,
@@ -168,21 +168,21 @@ def audit_manifest_text(text: str, path: str, options: K8sOptions, *,
     kustomize patch next to the manifests does not stop the audit.
     """
     out: list[Finding] = []
-    objects = 0
+    count = 0
     for node in compose_documents(text, path):
-        docs = list(_objects(node, path))
+        docs = list(objects(node, path))
         if not docs:
             out.append(finding(
-                "K8S008", path, _line(node),
+                "K8S008", path, line_of(node),
                 "This YAML document has no apiVersion and kind, so it is not a Kubernetes "
                 "object and was not audited.",
                 "Point --k8s at rendered manifests (e.g. `helm template` or `kustomize build` "
                 "output)."))
             continue
         for doc in docs:
-            objects += 1
+            count += 1
             out += _audit_object(doc, options)
-    if objects == 0:
+    if count == 0:
         if strict:
             raise AuditInputError("no Kubernetes object (apiVersion + kind) found: this is not "
                                   "a Kubernetes manifest", path)
@@ -226,21 +226,21 @@ def audit_k8s(paths: Sequence[Path], options: K8sOptions) -> list[Finding]:
 
 def _resource_names(container: Node) -> dict[str, int]:
     names: dict[str, int] = {}
-    resources = _get(container, "resources")
+    resources = get(container, "resources")
     for section in ("requests", "limits"):
-        for name, value in _pairs(_get(resources, section)):
-            names.setdefault(name, _line(value))
+        for name, value in pairs(get(resources, section)):
+            names.setdefault(name, line_of(value))
     return names
 
 
-def _containers(spec: Node) -> list[Node]:
+def containers(spec: Node) -> list[Node]:
     out: list[Node] = []
     for key in CONTAINER_LISTS:
-        out += [c for c in _items(_get(spec, key)) if isinstance(c, MappingNode)]
+        out += [c for c in items(get(spec, key)) if isinstance(c, MappingNode)]
     return out
 
 
-def _audit_object(doc: _Doc, options: K8sOptions) -> list[Finding]:
+def _audit_object(doc: K8sObject, options: K8sOptions) -> list[Finding]:
     out: list[Finding] = []
     if doc.kind == "ConfigMap":
         out += _config_map(doc)
@@ -249,23 +249,23 @@ def _audit_object(doc: _Doc, options: K8sOptions) -> list[Finding]:
     template = POD_TEMPLATE_PATHS.get(doc.kind)
     if template is None:
         return out
-    spec = _path(doc.node, template)
+    spec = get_path(doc.node, template)
     if not isinstance(spec, MappingNode):
         return out
     out += _pod(doc, spec, options)
     return out
 
 
-def _who(doc: _Doc) -> str:
+def _who(doc: K8sObject) -> str:
     return f"{doc.kind} {doc.namespace}/{doc.name}"
 
 
-def _pod(doc: _Doc, spec: MappingNode, options: K8sOptions) -> list[Finding]:
+def _pod(doc: K8sObject, spec: MappingNode, options: K8sOptions) -> list[Finding]:
     out: list[Finding] = []
     p = doc.path
-    containers = _containers(spec)
+    pod_containers = containers(spec)
     resources: dict[str, int] = {}
-    for c in containers:
+    for c in pod_containers:
         for name, line in _resource_names(c).items():
             resources.setdefault(name, line)
     rdma = {n: ln for n, ln in resources.items() if RDMA_RESOURCE.search(n)}
@@ -274,7 +274,7 @@ def _pod(doc: _Doc, spec: MappingNode, options: K8sOptions) -> list[Finding]:
     workload = (bool(rdma or gpu) or doc.namespace in options.gpu_namespaces) and not infra
     who = _who(doc)
 
-    for c in containers:
+    for c in pod_containers:
         out += _image(doc, c)
     if rdma and options.approved_rdma_namespaces and \
             doc.namespace not in options.approved_rdma_namespaces:
@@ -290,30 +290,30 @@ def _pod(doc: _Doc, spec: MappingNode, options: K8sOptions) -> list[Finding]:
         out += _host_paths(doc, spec, workload)
     if not workload:
         return out
-    host_network = _get(spec, "hostNetwork")
-    if _true(host_network) and host_network is not None:
+    host_network = get(spec, "hostNetwork")
+    if is_true(host_network) and host_network is not None:
         out.append(finding(
-            "K8S002", p, _line(host_network),
+            "K8S002", p, line_of(host_network),
             f"{who} uses hostNetwork, so it sees the host's interfaces and every RDMA device "
             "in the host's network namespace, not just the one it was given.",
             "Remove hostNetwork and attach the RDMA network through the device plugin "
             "(and Multus) instead.", object=who))
-    for c in containers:
-        cname = _str(_get(c, "name")) or "(unnamed)"
-        sc = _get(c, "securityContext")
-        privileged = _get(sc, "privileged")
-        if _true(privileged) and privileged is not None:
+    for c in pod_containers:
+        cname = scalar(get(c, "name")) or "(unnamed)"
+        sc = get(c, "securityContext")
+        privileged = get(sc, "privileged")
+        if is_true(privileged) and privileged is not None:
             out.append(finding(
-                "K8S001", p, _line(privileged),
+                "K8S001", p, line_of(privileged),
                 f"Container {cname} of {who} is privileged, so it can open every RDMA device, "
                 "send management datagrams and reconfigure the HCA.",
                 "Remove privileged: true; an RDMA workload needs only capabilities.add: "
                 "[IPC_LOCK] and its RDMA resource.", object=who, container=cname))
-        for cap in _items(_path(sc, ("capabilities", "add"))):
-            name = (_str(cap) or "").upper().removeprefix("CAP_")
+        for cap in items(get_path(sc, ("capabilities", "add"))):
+            name = (scalar(cap) or "").upper().removeprefix("CAP_")
             if name in DANGEROUS_CAPS:
                 out.append(finding(
-                    "K8S003", p, _line(cap),
+                    "K8S003", p, line_of(cap),
                     f"Container {cname} of {who} adds {name}; an RDMA workload needs only "
                     f"IPC_LOCK, and {name} lets it reconfigure host networking"
                     f"{' and devices' if name != 'NET_ADMIN' else ''}.",
@@ -323,24 +323,24 @@ def _pod(doc: _Doc, spec: MappingNode, options: K8sOptions) -> list[Finding]:
     return out
 
 
-def _host_paths(doc: _Doc, spec: MappingNode, workload: bool) -> list[Finding]:
+def _host_paths(doc: K8sObject, spec: MappingNode, workload: bool) -> list[Finding]:
     out: list[Finding] = []
     who = _who(doc)
-    for volume in _items(_get(spec, "volumes")):
-        host_path = _path(volume, ("hostPath", "path"))
-        path = _str(host_path)
+    for volume in items(get(spec, "volumes")):
+        host_path = get_path(volume, ("hostPath", "path"))
+        path = scalar(host_path)
         if path is None or host_path is None:
             continue
         if DEV_INFINIBAND.match(path) and workload:
             out.append(finding(
-                "K8S004", doc.path, _line(host_path),
+                "K8S004", doc.path, line_of(host_path),
                 f"{who} mounts /dev/infiniband from the host, which hands it every HCA's "
                 "uverbs, umad and issm device instead of the one it was allocated.",
                 "Remove the hostPath volume; request the RDMA resource from the device plugin, "
                 "which mounts only the allocated devices.", object=who, path=path))
         elif UMAD_ISSM.search(path):
             out.append(finding(
-                "K8S005", doc.path, _line(host_path),
+                "K8S005", doc.path, line_of(host_path),
                 f"{who} mounts {path[:80]} from the host: umad lets a pod send management "
                 "datagrams and issm lets it act as the subnet manager.",
                 "Remove the hostPath volume; only the subnet manager host needs umad/issm.",
@@ -348,41 +348,41 @@ def _host_paths(doc: _Doc, spec: MappingNode, workload: bool) -> list[Finding]:
     return out
 
 
-def _image(doc: _Doc, container: Node) -> list[Finding]:
-    image_node = _get(container, "image")
-    image = _str(image_node)
+def _image(doc: K8sObject, container: Node) -> list[Finding]:
+    image_node = get(container, "image")
+    image = scalar(image_node)
     if image is None or image_node is None or not PINNED_COMPONENTS.search(image):
         return []
     if "@sha256:" in image:
         return []
     return [finding(
-        "K8S007", doc.path, _line(image_node),
+        "K8S007", doc.path, line_of(image_node),
         f"Image {image[:120]} of {_who(doc)} is referenced by tag, so a re-pushed tag silently "
         "changes the fabric driver or device plugin on every node.",
         "Pin the image by digest (image@sha256:...), e.g. from `crane digest` or the "
         "operator's release notes.", object=_who(doc), image=image[:120])]
 
 
-def _nic_cluster_policy(doc: _Doc) -> list[Finding]:
+def _nic_cluster_policy(doc: K8sObject) -> list[Finding]:
     """NicClusterPolicy names its images as repository + image + version per component."""
     out: list[Finding] = []
-    spec = _get(doc.node, "spec")
+    spec = get(doc.node, "spec")
     components: list[tuple[str, Node]] = []
-    for name, node in _pairs(spec):
-        if _get(node, "image") is not None:
+    for name, node in pairs(spec):
+        if get(node, "image") is not None:
             components.append((name, node))
         else:
-            components += [(f"{name}.{sub}", n) for sub, n in _pairs(node)
-                           if _get(n, "image") is not None]
+            components += [(f"{name}.{sub}", n) for sub, n in pairs(node)
+                           if get(n, "image") is not None]
     for name, node in components:
-        image = _str(_get(node, "image")) or ""
-        version_node = _get(node, "version")
-        version = _str(version_node) or ""
+        image = scalar(get(node, "image")) or ""
+        version_node = get(node, "version")
+        version = scalar(version_node) or ""
         if "@sha256:" in image or version.startswith("sha256:"):
             continue
-        where = version_node or _get(node, "image") or node
+        where = version_node or get(node, "image") or node
         out.append(finding(
-            "K8S007", doc.path, _line(where),
+            "K8S007", doc.path, line_of(where),
             f"NicClusterPolicy {doc.name} component {name} uses image {image[:60]} at version "
             f"{version[:40] or '(none)'}, a tag, so a re-pushed tag silently changes it on every "
             "node.",
@@ -391,16 +391,16 @@ def _nic_cluster_policy(doc: _Doc) -> list[Finding]:
     return out
 
 
-def _config_map(doc: _Doc) -> list[Finding]:
+def _config_map(doc: K8sObject) -> list[Finding]:
     out: list[Finding] = []
-    data = _get(doc.node, "data")
+    data = get(doc.node, "data")
     if data is None:
         return out
     for scalar in _scalars(data):
         value = str(scalar.value)
         match = UMAD_ISSM.search(value)
         if match:
-            line = _line(scalar)
+            line = line_of(scalar)
             if scalar.style in ("|", ">"):
                 # A block scalar's text starts on the line after its indicator.
                 line += 1 + value[:match.start()].count("\n")

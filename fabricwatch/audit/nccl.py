@@ -130,27 +130,27 @@ def _pod_env_sets(text: str, path: str) -> list[EnvSet]:
     sets: list[EnvSet] = []
     objects = 0
     for node in k8s.compose_documents(text, path):
-        for doc in k8s._objects(node, path):
+        for doc in k8s.objects(node, path):
             objects += 1
             if doc.kind == "ConfigMap":
                 env = EnvSet(label=f"ConfigMap {doc.namespace}/{doc.name}")
-                for key, value in k8s._pairs(k8s._get(doc.node, "data")):
+                for key, value in k8s.pairs(k8s.get(doc.node, "data")):
                     if isinstance(value, ScalarNode):
-                        env.values[key] = (str(value.value), k8s._line(value))
+                        env.values[key] = (str(value.value), k8s.line_of(value))
                 sets.append(env)
                 continue
             template = k8s.POD_TEMPLATE_PATHS.get(doc.kind)
-            spec = k8s._path(doc.node, template) if template else None
+            spec = k8s.get_path(doc.node, template) if template else None
             if not isinstance(spec, MappingNode):
                 continue
-            for container in k8s._containers(spec):
-                cname = k8s._str(k8s._get(container, "name")) or "(unnamed)"
+            for container in k8s.containers(spec):
+                cname = k8s.scalar(k8s.get(container, "name")) or "(unnamed)"
                 env = EnvSet(label=f"{doc.kind} {doc.namespace}/{doc.name} container {cname}")
-                for item in k8s._items(k8s._get(container, "env")):
-                    name = k8s._str(k8s._get(item, "name"))
-                    value_node: Node | None = k8s._get(item, "value")
+                for item in k8s.items(k8s.get(container, "env")):
+                    name = k8s.scalar(k8s.get(item, "name"))
+                    value_node: Node | None = k8s.get(item, "value")
                     if name and isinstance(value_node, ScalarNode):
-                        env.values[name] = (str(value_node.value), k8s._line(value_node))
+                        env.values[name] = (str(value_node.value), k8s.line_of(value_node))
                 sets.append(env)
     if objects == 0:
         raise AuditInputError("no Kubernetes object and no KEY=VALUE lines: this is neither "

@@ -190,7 +190,7 @@ def _enabled_priorities(prio_row: list[str] | None, enabled_row: list[str]) -> l
 # --- switch QoS YAML -----------------------------------------------------------------------
 
 def _num(node: Node | None) -> float | None:
-    value = k8s._str(node)
+    value = k8s.scalar(node)
     if value is None:
         return None
     try:
@@ -200,7 +200,7 @@ def _num(node: Node | None) -> float | None:
 
 
 def _bool(node: Node | None) -> bool | None:
-    value = k8s._str(node)
+    value = k8s.scalar(node)
     if value is None:
         return None
     low = value.lower()
@@ -216,21 +216,21 @@ class _Doc:
         self.path = path
         self.node = node
         self.findings: list[Finding] = []
-        device = k8s._str(k8s._get(node, "device"))
+        device = k8s.scalar(k8s.get(node, "device"))
         self.where = f" on {device[:60]}" if device else ""
 
     def unknown(self, node: Node | None, known: frozenset[str], section: str) -> None:
-        for key, value in k8s._pairs(node):
+        for key, value in k8s.pairs(node):
             if key not in known:
                 self.findings.append(finding(
-                    "ROCE006", self.path, k8s._line(value),
+                    "ROCE006", self.path, k8s.line_of(value),
                     f"fabricwatch does not know the QoS key {section}{key[:40]}; it was ignored.",
                     "Check the key against the switch QoS YAML shape in the audit docs.",
                     key=f"{section}{key[:40]}"))
 
     def bad(self, node: Node, key: str, need: str) -> None:
         self.findings.append(finding(
-            "ROCE007", self.path, k8s._line(node),
+            "ROCE007", self.path, k8s.line_of(node),
             f"{key} is not {need}{self.where}, so that setting could not be checked.",
             f"Give {key} as {need}.", key=key))
 
@@ -243,10 +243,10 @@ def _switch_yaml(text: str, path: str) -> tuple[list[Finding], RoceContext]:
     ctx = RoceContext()
     for node in nodes:
         if not isinstance(node, MappingNode) or not (
-                {k for k, _ in k8s._pairs(node)} & QOS_KEYS):
+                {k for k, _ in k8s.pairs(node)} & QOS_KEYS):
             raise AuditInputError(
                 "neither mlnx_qos output nor a switch QoS YAML (a mapping with trust, mtu, pfc "
-                "or ecn)", path, k8s._line(node))
+                "or ecn)", path, k8s.line_of(node))
         doc = _Doc(path, node)
         _audit_switch(doc, ctx)
         out += doc.findings
@@ -256,45 +256,45 @@ def _switch_yaml(text: str, path: str) -> tuple[list[Finding], RoceContext]:
 def _audit_switch(doc: _Doc, ctx: RoceContext) -> None:
     node, p, where = doc.node, doc.path, doc.where
     doc.unknown(node, KNOWN_TOP, "")
-    trust_node = k8s._get(node, "trust")
-    doc.findings += _trust_finding(p, k8s._line(trust_node) if trust_node else None,
-                                   k8s._str(trust_node), where)
-    mtu_node = k8s._get(node, "mtu")
+    trust_node = k8s.get(node, "trust")
+    doc.findings += _trust_finding(p, k8s.line_of(trust_node) if trust_node else None,
+                                   k8s.scalar(trust_node), where)
+    mtu_node = k8s.get(node, "mtu")
     if mtu_node is not None:
         mtu = _num(mtu_node)
         if mtu is None:
             doc.bad(mtu_node, "mtu", "a number of bytes")
         elif mtu < MIN_ROCE_MTU:
             doc.findings.append(finding(
-                "ROCE004", p, k8s._line(mtu_node),
+                "ROCE004", p, k8s.line_of(mtu_node),
                 f"MTU is {mtu:g} bytes{where}, below 4200, so 4096-byte RoCE frames (payload "
                 "plus headers) do not fit and RDMA falls back to a smaller MTU.",
                 "Set the port MTU to 9216 (at least 4200) end to end.", mtu=mtu))
-    mapping = k8s._get(node, "dscp_to_priority")
-    for key, value in k8s._pairs(mapping):
+    mapping = k8s.get(node, "dscp_to_priority")
+    for key, value in k8s.pairs(mapping):
         d, prio = _num_text(key), _num(value)
         if d is None or prio is None or not 0 <= d < 64 or not 0 <= prio < 8:
             doc.bad(value, f"dscp_to_priority.{key[:10]}", "a DSCP 0-63 mapped to 0-7")
         else:
             ctx.dscp_to_priority[int(d)] = int(prio)
-    pfc = k8s._get(node, "pfc")
+    pfc = k8s.get(node, "pfc")
     doc.unknown(pfc, KNOWN_PFC, "pfc.")
-    prios_node = k8s._get(pfc, "priorities")
+    prios_node = k8s.get(pfc, "priorities")
     prios: list[int] = []
     if prios_node is not None and not isinstance(prios_node, SequenceNode):
         doc.bad(prios_node, "pfc.priorities", "a list of priorities 0-7")
-    for item in k8s._items(prios_node):
+    for item in k8s.items(prios_node):
         number = _num(item)
         if number is None or not 0 <= number < 8 or number != int(number):
             doc.bad(item, "pfc.priorities", "a list of priorities 0-7")
         elif int(number) not in prios:
             prios.append(int(number))
-    line = k8s._line(prios_node) if prios_node else (k8s._line(pfc) if pfc else None)
+    line = k8s.line_of(prios_node) if prios_node else (k8s.line_of(pfc) if pfc else None)
     doc.findings += _pfc_findings(p, line, prios, where)
     if not ctx.pfc_priorities:
         ctx.pfc_priorities = prios
     _watchdog(doc, pfc)
-    _ecn(doc, pfc, k8s._get(node, "ecn"))
+    _ecn(doc, pfc, k8s.get(node, "ecn"))
 
 
 def _num_text(text: str) -> float | None:
@@ -305,14 +305,14 @@ def _num_text(text: str) -> float | None:
 
 
 def _watchdog(doc: _Doc, pfc: Node | None) -> None:
-    wd = k8s._get(pfc, "watchdog")
+    wd = k8s.get(pfc, "watchdog")
     doc.unknown(wd, KNOWN_WD, "pfc.watchdog.")
-    enabled = _bool(k8s._get(wd, "enabled")) if isinstance(wd, MappingNode) else _bool(wd)
-    if isinstance(wd, MappingNode) and k8s._get(wd, "enabled") is None:
-        enabled = k8s._get(wd, "detection_time_ms") is not None
+    enabled = _bool(k8s.get(wd, "enabled")) if isinstance(wd, MappingNode) else _bool(wd)
+    if isinstance(wd, MappingNode) and k8s.get(wd, "enabled") is None:
+        enabled = k8s.get(wd, "detection_time_ms") is not None
     if not enabled:
         doc.findings.append(finding(
-            "ROCE005", doc.path, k8s._line(wd) if wd else (k8s._line(pfc) if pfc else None),
+            "ROCE005", doc.path, k8s.line_of(wd) if wd else (k8s.line_of(pfc) if pfc else None),
             f"No PFC watchdog{doc.where}, so a stuck receiver's pause storm can freeze the "
             "lossless class across the fabric.",
             "Enable the PFC watchdog on every port (e.g. detection 200 ms, restoration 400 ms, "
@@ -322,21 +322,21 @@ def _watchdog(doc: _Doc, pfc: Node | None) -> None:
 def _ecn(doc: _Doc, pfc: Node | None, ecn: Node | None) -> None:
     doc.unknown(ecn, KNOWN_ECN, "ecn.")
     p, where = doc.path, doc.where
-    enabled = _bool(k8s._get(ecn, "enabled")) if isinstance(ecn, MappingNode) else None
+    enabled = _bool(k8s.get(ecn, "enabled")) if isinstance(ecn, MappingNode) else None
     if enabled is None and isinstance(ecn, MappingNode):
-        enabled = k8s._get(ecn, "min_threshold_bytes") is not None
+        enabled = k8s.get(ecn, "min_threshold_bytes") is not None
     if not enabled:
         doc.findings.append(finding(
-            "ROCE008", p, k8s._line(ecn) if isinstance(ecn, Node) else None,
+            "ROCE008", p, k8s.line_of(ecn) if isinstance(ecn, Node) else None,
             f"ECN marking is not configured{where}, so DCQCN never slows senders and every "
             "congestion event becomes PFC pauses.",
             "Enable ECN (WRED marking) on the lossless queue with thresholds well below the "
             "PFC xoff threshold."))
         return
     values: dict[str, float] = {}
-    for key, node in (("ecn.min_threshold_bytes", k8s._get(ecn, "min_threshold_bytes")),
-                      ("ecn.max_threshold_bytes", k8s._get(ecn, "max_threshold_bytes")),
-                      ("pfc.xoff_bytes", k8s._get(pfc, "xoff_bytes"))):
+    for key, node in (("ecn.min_threshold_bytes", k8s.get(ecn, "min_threshold_bytes")),
+                      ("ecn.max_threshold_bytes", k8s.get(ecn, "max_threshold_bytes")),
+                      ("pfc.xoff_bytes", k8s.get(pfc, "xoff_bytes"))):
         if node is None:
             continue
         number = _num(node)
@@ -349,19 +349,19 @@ def _ecn(doc: _Doc, pfc: Node | None, ecn: Node | None) -> None:
     high = values.get("ecn.max_threshold_bytes")
     if xoff is None or low is None:
         return
-    line_node = k8s._get(ecn, "min_threshold_bytes")
+    line_node = k8s.get(ecn, "min_threshold_bytes")
     if low >= xoff or (high is not None and high >= xoff):
         which = low if low >= xoff else high
-        line_node = k8s._get(ecn, "min_threshold_bytes" if low >= xoff else "max_threshold_bytes")
+        line_node = k8s.get(ecn, "min_threshold_bytes" if low >= xoff else "max_threshold_bytes")
         doc.findings.append(finding(
-            "ROCE003", p, k8s._line(line_node) if line_node else None,
+            "ROCE003", p, k8s.line_of(line_node) if line_node else None,
             f"ECN marks at {which:g} bytes but PFC pauses at {xoff:g} bytes{where}, so pauses "
             "come before (or without) the ECN signal that should slow senders first.",
             f"Lower the ECN thresholds well below xoff (min at most {xoff / 2:g}, max below "
             f"{xoff:g} bytes).", ecn_bytes=which, xoff_bytes=xoff))
     elif low > xoff / 2:
         doc.findings.append(finding(
-            "ROCE003", p, k8s._line(line_node) if line_node else None,
+            "ROCE003", p, k8s.line_of(line_node) if line_node else None,
             f"ECN starts marking at {low:g} bytes, more than half of the PFC xoff threshold "
             f"({xoff:g} bytes){where}, leaving DCQCN little room before PFC pauses.",
             f"Lower ecn.min_threshold_bytes to at most {xoff / 2:g} bytes.",
