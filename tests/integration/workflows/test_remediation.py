@@ -5,19 +5,20 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.testing import WorkflowEnvironment
 from wf_helpers import FileFabric, TicketServer, fabric_activities
 
 from schemas.policy import Policy
 from workflows.adapters.records import MemorySink
+from workflows.budget.activities import BudgetActivities
 from workflows.budget.models import fabric_budget_id, su_budget_id
 from workflows.budget.workflows import IsolationBudget
 from workflows.remediation.models import (
@@ -33,7 +34,6 @@ from workflows.remediation.models import (
 )
 from workflows.remediation.workflows import PortRemediation
 from workflows.worker import activity_functions, build_worker
-from workflows.budget.activities import BudgetActivities
 
 pytestmark = pytest.mark.integration
 
@@ -83,9 +83,9 @@ async def start(client: Client, inp: RemediationInput, task_queue: str
 
 
 async def until(handle: WorkflowHandle[Any, Any], pred: Callable[[Any], bool],
-                timeout: float = 30.0) -> Any:
+                within: float = 30.0) -> Any:
     """Poll the status query until ``pred`` holds."""
-    deadline = asyncio.get_running_loop().time() + timeout
+    deadline = asyncio.get_running_loop().time() + within
     while True:
         st = await handle.query(PortRemediation.status)
         if pred(st):
@@ -120,7 +120,7 @@ async def test_happy_path_with_the_24h_wait(wf_env: WorkflowEnvironment, tmp_pat
         t0 = await wf_env.get_current_time(handle)
         # returns False here: the workflow completes before the clock reaches the target
         await wf_env.fast_forward(handle, timedelta(hours=24, minutes=1))
-        result = await handle.result()
+        result = await asyncio.wait_for(handle.result(), 60)
         wall = asyncio.get_running_loop().time() - started
         t1 = await wf_env.get_current_time(handle)
         su = await client.get_workflow_handle(su_budget_id(inp.port.fabric, "su01")).query(
@@ -149,3 +149,143 @@ async def test_happy_path_with_the_24h_wait(wf_env: WorkflowEnvironment, tmp_pat
     assert len(ticket_server.ops(wid(inp), "open")) == 1
     assert len(ticket_server.ops(wid(inp), "close")) == 1
     assert su.in_use == 0 and fab.in_use == 0 and su.granted_total == 1
+
+
+async def test_failed_check_moves_down_the_ladder(wf_env: WorkflowEnvironment, tmp_path: Path,
+                                                  ticket_server: TicketServer,
+                                                  task_queue: str) -> None:
+    client = wf_env.client
+    fabric = FileFabric(tmp_path)
+    fabric.script({"*": "swap-cable"})  # the third rung fixes it
+    inp = make_input(wait_s=0.5)
+    async with running_worker(client, task_queue, fabric, ticket_server) as sink:
+        handle = await start(client, inp, task_queue)
+        for rung in ("clean-and-reseat", "swap-optic", "swap-cable"):
+            await until(handle, lambda s, r=rung: s.waiting_for == r)
+            # a wrong step is refused at once, and changes nothing
+            with pytest.raises(WorkflowUpdateFailedError) as info:
+                await handle.execute_update(PortRemediation.complete_step,
+                                            StepDone(step="swap-switch-port", actor="tech-bo"))
+            assert f"the awaited step is '{rung}'" in str(info.value.cause)
+            await handle.execute_update(PortRemediation.complete_step,
+                                        StepDone(step=rung, actor="tech-bo"))
+        result = await asyncio.wait_for(handle.result(), 60)
+    assert result.outcome == "returned_to_service" and result.fixed_by == "swap-cable"
+    recorded = steps(sink, wid(inp))
+    failed = [s for s, o in recorded if o == "failed"]
+    # the first check fails after each of the first two rungs; the rest are not run
+    assert failed == ["check:ib_write_bw-per-rail", "check:ib_write_bw-per-rail"]
+    assert [c["rung"] for c in fabric.calls("repair_step")] == [
+        "clean-and-reseat", "swap-optic", "swap-cable"]
+    assert len(fabric.calls("isolate")) == 1 and len(fabric.calls("unisolate")) == 1
+    updates = [r["summary"] for r in ticket_server.ops(wid(inp), "update")]
+    assert any("next: swap-optic" in u for u in updates)
+
+
+async def test_last_rung_failing_escalates_to_a_human(wf_env: WorkflowEnvironment,
+                                                      tmp_path: Path,
+                                                      ticket_server: TicketServer,
+                                                      task_queue: str) -> None:
+    client = wf_env.client
+    fabric = FileFabric(tmp_path)
+    fabric.script({})  # nothing fixes it
+    policy = Policy.from_yaml("fabricHealth: {repairLadder: [clean-and-reseat, swap-cable]}")
+    inp = make_input(wait_s=0.2, policy=policy)
+    async with running_worker(client, task_queue, fabric, ticket_server) as sink:
+        handle = await start(client, inp, task_queue)
+        for rung in ("clean-and-reseat", "swap-cable"):
+            await until(handle, lambda s, r=rung: s.waiting_for == r)
+            await handle.signal(PortRemediation.step_done, StepDone(step=rung, actor="tech"))
+        st = await until(handle, lambda s: s.state == "escalated" and s.waiting_for == "approve")
+        assert st.isolated  # still out of service while a human decides
+        assert any(r["op"] == "page" for r in ticket_server.ops(wid(inp)))
+        fabric.mark_healthy("leaf-su01-r1", 7)  # the human fixed it by hand
+        await handle.signal(PortRemediation.approve, Approval(actor="lead-cy", note="replaced"))
+        result = await asyncio.wait_for(handle.result(), 60)
+    assert result.outcome == "returned_to_service" and result.fixed_by == "escalation"
+    approvals = [a for a in sink.actions() if a.step == "approve"]
+    assert approvals and approvals[0].actor == "lead-cy"
+
+
+async def test_abort_rolls_back_isolation(wf_env: WorkflowEnvironment, tmp_path: Path,
+                                          ticket_server: TicketServer, task_queue: str) -> None:
+    client = wf_env.client
+    fabric = FileFabric(tmp_path)
+    inp = make_input()
+    async with running_worker(client, task_queue, fabric, ticket_server) as sink:
+        handle = await start(client, inp, task_queue)
+        await until(handle, lambda s: s.waiting_for == "clean-and-reseat")
+        assert fabric.is_isolated("leaf-su01-r1", 7)
+        await handle.signal(PortRemediation.abort, AbortRequest(actor="oncall-dee",
+                                                                reason="wrong port"))
+        result = await asyncio.wait_for(handle.result(), 60)
+        su = await client.get_workflow_handle(su_budget_id(inp.port.fabric, "su01")).query(
+            IsolationBudget.state)
+    assert result.outcome == "aborted"
+    assert not fabric.is_isolated("leaf-su01-r1", 7)
+    assert su.in_use == 0
+    names = [s for s, _ in steps(sink, wid(inp))]
+    # the port goes back before the budget is released
+    assert names.index("abort") < names.index("unisolate") < names.index("outcome")
+    assert names[-2:] == ["budget", "outcome"]
+    abort = [a for a in sink.actions() if a.step == "abort"][0]
+    assert abort.actor == "oncall-dee" and abort.note == "wrong port"
+    assert len(ticket_server.ops(wid(inp), "close")) == 1
+
+
+async def test_shadow_mode_records_everything_and_changes_nothing(
+        wf_env: WorkflowEnvironment, tmp_path: Path, ticket_server: TicketServer,
+        task_queue: str) -> None:
+    client = wf_env.client
+    fabric = FileFabric(tmp_path)
+    fabric_name = f"f{uuid.uuid4().hex[:8]}"
+    policy = Policy.from_yaml(f"fabricHealth: {{shadow: {{fabrics: [{fabric_name}]}}}}")
+    inp = make_input(policy=policy, fabric=fabric_name)
+    assert inp.config.shadow
+    async with running_worker(client, task_queue, fabric, ticket_server) as sink:
+        handle = await start(client, inp, task_queue)
+        result = await asyncio.wait_for(handle.result(), 60)
+        su = await client.get_workflow_handle(su_budget_id(fabric_name, "su01")).query(
+            IsolationBudget.state)
+    assert result.outcome == "shadow_done"
+    assert fabric.calls("isolate") == [] and fabric.calls("unisolate") == []
+    assert fabric.calls("reset_counters") == [] and fabric.calls("repair_step") == []
+    assert ticket_server.ops(wid(inp)) == []
+    assert su.in_use == 0 and su.granted_total == 0  # the budget was asked, nothing held
+    recorded = steps(sink, wid(inp))
+    assert {o for _, o in recorded} <= {"dry_run", "skipped"}
+    names = [s for s, _ in recorded]
+    for expected in ("budget", "isolate", "ticket", "ladder:clean-and-reseat",
+                     "check:counters-clean-24h", "return"):
+        assert expected in names
+    assert all(a.dry_run for a in sink.actions() if a.workflow_id == wid(inp))
+
+
+async def test_duplicate_detection_joins_the_running_workflow(
+        wf_env: WorkflowEnvironment, tmp_path: Path, ticket_server: TicketServer,
+        task_queue: str) -> None:
+    from workflows.dispatch import start_or_join
+
+    client = wf_env.client
+    fabric = FileFabric(tmp_path)
+    inp = make_input()
+    second = inp.detection.model_copy(update={"id": "det-second"})
+    async with running_worker(client, task_queue, fabric, ticket_server) as sink:
+        h1 = await start_or_join(client, inp, task_queue=task_queue)
+        await until(h1, lambda s: s.waiting_for == "clean-and-reseat")
+        h2 = await start_or_join(client, inp.model_copy(update={"detection": second}),
+                                 task_queue=task_queue)
+        # the same detection again (a replayed Kafka message) is not counted twice
+        await start_or_join(client, inp.model_copy(update={"detection": second}),
+                            task_queue=task_queue)
+        st = await until(h1, lambda s: len(s.detections) == 2
+                         and any(h.step == "detection" and "joined" in (h.note or "")
+                                 for h in s.history))
+        assert h2.result_run_id == h1.result_run_id
+        assert [d.id for d in st.detections] == [inp.detection.id, "det-second"]
+        await h1.signal(PortRemediation.abort, AbortRequest(actor="t"))
+        await asyncio.wait_for(h1.result(), 60)
+    assert len(fabric.calls("isolate")) == 1
+    assert len(ticket_server.ops(wid(inp), "open")) == 1
+    joined = [a for a in sink.actions() if a.step == "detection" and "joined" in (a.note or "")]
+    assert len(joined) == 1

@@ -90,7 +90,20 @@ class FileFabric:
         key = f"{device}:{port}"
         fixed = script.get(key) == rung or script.get("*") == rung
         self._log("repair_step", device, port, rung=rung, fixed=fixed)
+        if fixed:
+            self.mark_healthy(device, port)
         return fixed
+
+    def mark_healthy(self, device: str, port: int) -> None:
+        """A repair took (by the ladder, or by hand after an escalation)."""
+        data = self._load()
+        healthy = data.setdefault("healthy", [])
+        if f"{device}:{port}" not in healthy:
+            healthy.append(f"{device}:{port}")
+            self._save(data)
+
+    def is_healthy(self, device: str, port: int) -> bool:
+        return f"{device}:{port}" in self._load().get("healthy", [])
 
     def is_isolated(self, device: str, port: int) -> bool:
         return f"{device}:{port}" in self._load()["isolated"]

@@ -1,0 +1,153 @@
+"""The dispatcher: ``fabric.detections`` in, one ``PortRemediation`` per port out.
+
+A detection whose action is ``isolate_port`` is signal-with-started into
+``remediate/{fabric}/{device}:{port}`` (``start_signal="detection"`` with
+``id_conflict_policy=USE_EXISTING``): the first starts the runbook, later ones join it, and
+the workflow ignores a detection id it has already seen, so a redelivered Kafka message
+changes nothing. Offsets are committed only after Temporal accepted the start or signal
+(at-least-once, made idempotent by the workflow id).
+
+Where a port sits (SU, rail, node, peer, LID, GUID) and how many ports its SU and the fabric
+have come from an ``Inventory`` built from the latest ``fabric.topology`` snapshot, with the
+rail-optimized naming rule as a fallback for a port the topology does not know yet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from temporalio.client import Client, WorkflowHandle
+from temporalio.common import WorkflowIDConflictPolicy
+
+from schemas import ContractError, decode
+from schemas.events import Action, Detection, Topology
+from schemas.policy import Policy
+from schemas.topics import DETECTIONS, TOPOLOGY
+from workflows.inventory import Inventory
+from workflows.remediation.models import (
+    ActivityTimeouts,
+    DetectionRef,
+    RemediationInput,
+    RemediationResult,
+    RunbookConfig,
+    remediation_workflow_id,
+)
+from workflows.remediation.workflows import PortRemediation
+
+log = logging.getLogger(__name__)
+
+
+async def start_or_join(client: Client, inp: RemediationInput, *, task_queue: str
+                        ) -> WorkflowHandle[PortRemediation, RemediationResult]:
+    """Signal-with-start: start the port's runbook, or deliver the detection to it."""
+    wf_id = remediation_workflow_id(inp.port.fabric, inp.port.device, inp.port.port)
+    return await client.start_workflow(
+        PortRemediation.run, inp, id=wf_id, task_queue=task_queue,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        start_signal="detection", start_signal_args=[inp.detection])
+
+
+@dataclass
+class DispatchStats:
+    seen: int = 0
+    dispatched: int = 0
+    ignored: int = 0
+    invalid: int = 0
+
+
+class Dispatcher:
+    """Turns detections into runbook inputs and starts or joins them."""
+
+    def __init__(self, client: Client, policy: Policy, inventory: Inventory, *,
+                 task_queue: str, timeouts: ActivityTimeouts | None = None) -> None:
+        self.client = client
+        self.policy = policy
+        self.inventory = inventory
+        self.task_queue = task_queue
+        self.timeouts = timeouts
+        self.stats = DispatchStats()
+
+    def runbook_input(self, det: Detection) -> RemediationInput:
+        port = self.inventory.port_ref(det.fabric, det.device, det.port)
+        cfg = RunbookConfig.from_policy(
+            self.policy, fabric=det.fabric, detection=str(det.detection),
+            su_ports=self.inventory.su_ports(port.su), fabric_ports=self.inventory.fabric_ports(),
+            timeouts=self.timeouts)
+        return RemediationInput(port=port, detection=DetectionRef.from_detection(det), config=cfg)
+
+    async def handle(self, det: Detection) -> bool:
+        """Dispatch one detection; True when a runbook was started or joined."""
+        self.stats.seen += 1
+        if det.action != Action.ISOLATE_PORT:
+            self.stats.ignored += 1
+            return False
+        await start_or_join(self.client, self.runbook_input(det), task_queue=self.task_queue)
+        self.stats.dispatched += 1
+        return True
+
+    async def handle_raw(self, raw: bytes) -> bool:
+        try:
+            event = decode(raw)
+        except ContractError as exc:
+            # The stream processors dead-letter bad messages; here they are only skipped.
+            self.stats.invalid += 1
+            log.warning("skipping an invalid detection: %s", exc)
+            return False
+        if isinstance(event, Topology):
+            self.inventory.load(event)
+            return False
+        if not isinstance(event, Detection):
+            self.stats.invalid += 1
+            return False
+        return await self.handle(event)
+
+
+async def run_dispatcher(dispatcher: Dispatcher, bootstrap: str, *,
+                         group_id: str = "fabricwatch-runbooks",
+                         stop: asyncio.Event | None = None,
+                         on_dispatch: Callable[[Detection], Any] | None = None) -> None:
+    """Consume ``fabric.topology`` (whole, for the inventory) and ``fabric.detections``."""
+    from aiokafka import AIOKafkaConsumer  # type: ignore[import-untyped]
+
+    stop = stop or asyncio.Event()
+    topo_task = asyncio.create_task(_follow_topology(dispatcher, bootstrap, stop))
+    consumer = AIOKafkaConsumer(
+        DETECTIONS.name, bootstrap_servers=bootstrap, group_id=group_id,
+        enable_auto_commit=False, auto_offset_reset="earliest")
+    await consumer.start()
+    try:
+        while not stop.is_set():
+            batches = await consumer.getmany(timeout_ms=500, max_records=500)
+            for _tp, messages in batches.items():
+                for msg in messages:
+                    await dispatcher.handle_raw(msg.value)
+            if batches:
+                # after Temporal accepted every start/signal of the batch: at-least-once
+                await consumer.commit()
+    finally:
+        await consumer.stop()
+        topo_task.cancel()
+        await asyncio.gather(topo_task, return_exceptions=True)
+
+
+async def _follow_topology(dispatcher: Dispatcher, bootstrap: str, stop: asyncio.Event) -> None:
+    """Read every topology snapshot from the start (no group: each dispatcher needs all)."""
+    from aiokafka import AIOKafkaConsumer
+
+    consumer = AIOKafkaConsumer(TOPOLOGY.name, bootstrap_servers=bootstrap, group_id=None,
+                                enable_auto_commit=False, auto_offset_reset="earliest",
+                                max_partition_fetch_bytes=32 * 1024 * 1024,
+                                fetch_max_bytes=64 * 1024 * 1024)
+    await consumer.start()
+    try:
+        while not stop.is_set():
+            batches = await consumer.getmany(timeout_ms=1000)
+            for _tp, messages in batches.items():
+                for msg in messages:
+                    await dispatcher.handle_raw(msg.value)
+    finally:
+        await consumer.stop()
