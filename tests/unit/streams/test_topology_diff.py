@@ -341,3 +341,42 @@ def test_leaf_cabled_one_port_off_is_a_chain_of_moves() -> None:
     assert [f.kind for f in report.findings] == ["miswire"] * 7
     assert all(f.swapped_with == () for f in report.findings)
     assert report.summary["unexpected_link"] == 0 and report.summary["swap_groups"] == 0
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_random_mix_of_swaps_drops_extras_and_weak_links(data: st.DataObject) -> None:
+    """Disjoint faults of every kind at once: each reported as its kind, nothing else."""
+    links = rail_fabric(6, rails=4, per_su=4)
+    n = len(links)
+    order = data.draw(st.permutations(range(n)), label="order")
+    k_swap = data.draw(st.integers(0, 4), label="swaps")
+    k_drop = data.draw(st.integers(0, 4), label="drops")
+    k_weak = data.draw(st.integers(0, 4), label="weak")
+    k_extra = data.draw(st.integers(0, 4), label="extras")
+    swaps = [order[2 * i: 2 * i + 2] for i in range(k_swap)]
+    rest = order[2 * k_swap:]
+    drops, weak = set(rest[:k_drop]), set(rest[k_drop:k_drop + k_weak])
+    found: list[tuple[End, End] | tuple[End, End, str, str]] = []
+    expected: dict[str, str] = {}
+    swapped = {i for pair in swaps for i in pair}
+    for i, x in enumerate(links):
+        if i in drops:
+            expected[link_key(x.a, x.b)] = "missing_link"
+        elif i in weak:
+            found.append((x.a, x.b, "4X", "HDR"))
+            expected[link_key(x.a, x.b)] = "degraded_link"
+        elif i not in swapped:
+            found.append((x.a, x.b))
+    for i, j in swaps:
+        x, y = links[i], links[j]
+        found += [(x.a, y.b), (y.a, x.b)]
+        expected[link_key(x.a, x.b)] = expected[link_key(y.a, y.b)] = "miswire"
+    for e in range(k_extra):  # cables between ports the plan does not use
+        found.append(((f"leaf-su01-r{e}", 60), (f"leaf-su02-r{e}", 60)))
+        expected[link_key((f"leaf-su01-r{e}", 60), (f"leaf-su02-r{e}", 60))] = "unexpected_link"
+    report = diff(Plan(tuple(links)), topo(found), POLICY)
+    assert {link_key((f.a_device, f.a_port), (f.b_device, f.b_port)): f.kind
+            for f in report.findings} == expected
+    assert len(report.findings) == len(expected)
+    assert report.summary["swap_groups"] == k_swap
