@@ -119,10 +119,20 @@ def device_name(description: str, guid: str | int, node_type: NodeType) -> str:
     return text
 
 
-def _split_speed(width: str, speed: str) -> tuple[str | None, str | None]:
-    """``4``, ``NDR`` -> ``4X``, ``NDR``; an unknown speed (``???``) -> None."""
-    speed_out = speed if re.fullmatch(r"[A-Za-z0-9]+", speed) else None
-    return f"{width}X", speed_out
+def _split_speed(width: str, speed: str, line: int) -> tuple[str | None, str | None]:
+    """``4``, ``NDR`` -> ``4X``, ``NDR``; ibnetdiscover's unknown speed ``???`` -> None.
+
+    Anything else is refused: a speed such as ``SD`` is what a line cut off in the middle
+    of ``SDR`` looks like, and a wrong speed would fire degraded-link detections.
+    """
+    w = f"{width}X"
+    if w not in WIDTH_RANK:
+        raise ParseError(None, line, f"unknown link width {width}x")
+    if speed == "???":
+        return w, None
+    if speed not in SPEED_RANK:
+        raise ParseError(None, line, f"unknown link speed {speed[:20]!r} (truncated line?)")
+    return w, speed
 
 
 @dataclass
@@ -166,6 +176,10 @@ def _parse_default(text: str) -> _Parsed:
         if match:
             word, nports, key, desc, lid, lmc = match.groups()
             node_type = _TYPE_WORD[word]
+            if node_type == "switch" and lid is None:
+                # ibnetdiscover always ends a Switch line with "... port 0 lid N lmc M".
+                raise ParseError(None, number, "Switch line without its port 0 LID "
+                                               "(truncated line?)")
             guid_field = {"switch": "switchguid", "ca": "caguid", "router": "rtrguid"}[node_type]
             guid = guids.get(guid_field)
             if guid is None:
@@ -220,7 +234,7 @@ def _parse_default(text: str) -> _Parsed:
             nodes.append(peer)
         ends = tuple(sorted(((node.guid, port), (peer.guid, peer_port))))
         key = (ends[0], ends[1])
-        w, s = _split_speed(width, speed)
+        w, s = _split_speed(width, speed, number)
         if key in seen:
             # The two ends normally agree; where they do not, the slower report wins,
             # because a degraded link must not hide behind its healthy-looking end.
@@ -281,7 +295,7 @@ def _parse_ports(text: str) -> _Parsed:
             key = (ends[0], ends[1])
             if key not in seen:
                 seen.add(key)
-                w, s = _split_speed(width, speed)
+                w, s = _split_speed(width, speed, number)
                 links.append((a, int(aport), b, int(bport), w, s))
             continue
         match = _P_ALONE.match(stripped)
