@@ -1,0 +1,177 @@
+"""The isolation budget on the real Temporal dev server: the per-SU limit, the fabric-wide cap,
+the breaker path through the runbook (breaker_open, page, approve / abort), continue-as-new."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client, WithStartWorkflowOperation
+from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.testing import WorkflowEnvironment
+from test_remediation import make_input, running_worker, start, until, wid
+from wf_helpers import FileFabric, TicketServer
+
+from schemas.events import Detection
+from workflows.budget.models import (
+    BudgetInput,
+    GrantRequest,
+    ReleaseRequest,
+    fabric_budget_id,
+    fabric_limit,
+    su_budget_id,
+    su_limit,
+)
+from workflows.budget.workflows import IsolationBudget
+from workflows.remediation.models import AbortRequest, Approval
+from workflows.remediation.workflows import PortRemediation
+
+pytestmark = pytest.mark.integration
+
+
+async def grant(client: Client, wf_id: str, start: BudgetInput, req: GrantRequest,
+                task_queue: str):  # type: ignore[no-untyped-def]
+    op = WithStartWorkflowOperation(IsolationBudget.run, start, id=wf_id, task_queue=task_queue,
+                                    id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING)
+    return await client.execute_update_with_start_workflow(IsolationBudget.grant, req,
+                                                           start_workflow_operation=op)
+
+
+async def test_grants_serialise_and_never_pass_the_limit(
+        wf_env: WorkflowEnvironment, tmp_path: Path, ticket_server: TicketServer,
+        task_queue: str) -> None:
+    client = wf_env.client
+    fabric = FileFabric(tmp_path)
+    bid = f"budget/t/{uuid.uuid4().hex[:6]}"
+    start_in = BudgetInput(fabric="t", scope="su", su="su09", limit=3)
+    async with running_worker(client, task_queue, fabric, ticket_server):
+        # 20 concurrent requests for 3 slots
+        results = await asyncio.gather(*[
+            grant(client, bid, start_in, GrantRequest(holder=f"h{i}", port_key=f"p:{i}",
+                                                      limit=3), task_queue)
+            for i in range(20)])
+        again = await grant(client, bid, start_in, GrantRequest(holder="h0", port_key="p:0",
+                                                                limit=3), task_queue)
+        state = await client.get_workflow_handle(bid).query(IsolationBudget.state)
+        granted = [r for r in results if r.granted]
+        refused = [r for r in results if not r.granted]
+        assert len(granted) == 3 and len(refused) == 17
+        assert state.in_use == 3
+        assert all("exhausted: 3 of 3" in r.reason for r in refused)
+        # a repeated request of a holder is idempotent
+        holder = next(h.holder for h in state.holders)
+        again = await grant(client, bid, start_in, GrantRequest(holder=holder, port_key="x",
+                                                                limit=3), task_queue)
+        assert again.granted and again.already_held
+        assert (await client.get_workflow_handle(bid).query(IsolationBudget.state)).in_use == 3
+
+
+def test_limits_follow_the_policy() -> None:
+    assert su_limit(0.01, 2048) == 20
+    assert su_limit(0.01, 64) == 1  # at least one port, or automation could never act
+    assert su_limit(0.0, 2048) == 0
+    assert fabric_limit(0.005, 10, 100_000) == 500
+    assert fabric_limit(0.005, 10, 1_000) == 10  # max(10, 0.5 %)
+
+
+async def test_budget_continues_as_new_and_keeps_its_holders(
+        wf_env: WorkflowEnvironment, tmp_path: Path, ticket_server: TicketServer,
+        task_queue: str) -> None:
+    client = wf_env.client
+    fabric = FileFabric(tmp_path)
+    bid = f"budget/t/{uuid.uuid4().hex[:6]}"
+    start_in = BudgetInput(fabric="t", scope="su", su="su01", limit=2, max_history_events=20)
+    async with running_worker(client, task_queue, fabric, ticket_server):
+        first = await grant(client, bid, start_in, GrantRequest(holder="keep", port_key="k:1",
+                                                                limit=2), task_queue)
+        assert first.granted
+        handle = client.get_workflow_handle(bid)
+        first_run = (await handle.describe()).run_id
+        for i in range(15):  # churn: grant and release another holder
+            await grant(client, bid, start_in, GrantRequest(holder=f"c{i}", port_key="c:1",
+                                                            limit=2), task_queue)
+            await client.get_workflow_handle(bid).execute_update(
+                IsolationBudget.release, ReleaseRequest(holder=f"c{i}"))
+        await asyncio.sleep(0.5)
+        desc = await client.get_workflow_handle(bid).describe()
+        state = await client.get_workflow_handle(bid).query(IsolationBudget.state)
+    assert desc.run_id != first_run  # a new run...
+    assert [h.holder for h in state.holders] == ["keep"]  # ...with the holder carried over
+    assert state.granted_total == 16
+
+
+async def test_breaker_path_budget_exhausted(wf_env: WorkflowEnvironment, tmp_path: Path,
+                                             ticket_server: TicketServer,
+                                             task_queue: str) -> None:
+    """SU limit 1: the second port's runbook is refused, publishes breaker_open, pages, and
+    waits; approve lets it isolate past the limit (recorded), abort leaves it in service."""
+    client = wf_env.client
+    fabric = FileFabric(tmp_path)
+    fab = f"f{uuid.uuid4().hex[:8]}"
+    a = make_input("leaf-su02-r1", 1, su="su02", su_limit=1, fabric=fab)
+    b = make_input("leaf-su02-r2", 2, su="su02", su_limit=1, fabric=fab)
+    c = make_input("leaf-su02-r3", 3, su="su02", su_limit=1, fabric=fab)
+    async with running_worker(client, task_queue, fabric, ticket_server) as sink:
+        ha = await start(client, a, task_queue)
+        await until(ha, lambda s: s.waiting_for == "clean-and-reseat")
+        hb = await start(client, b, task_queue)
+        st = await until(hb, lambda s: s.state == "awaiting_approval")
+        assert not st.isolated and not fabric.is_isolated("leaf-su02-r2", 2)
+        breakers = [r for r in sink.records.values()
+                    if isinstance(r, Detection) and r.detection == "breaker_open"]
+        assert len(breakers) == 1 and breakers[0].device == "leaf-su02-r2"
+        assert "exhausted: 1 of 1" in breakers[0].evidence["reason"]
+        assert breakers[0].episode == b.detection.episode
+        assert [r["op"] for r in ticket_server.ops(wid(b))] == ["page"]
+        refused = [x for x in sink.actions() if x.workflow_id == wid(b) and x.step == "budget"]
+        assert refused[0].outcome == "refused"
+
+        await hb.signal(PortRemediation.approve, Approval(actor="lead-eve", note="known spine"))
+        st = await until(hb, lambda s: s.waiting_for == "clean-and-reseat")
+        assert st.isolated and fabric.is_isolated("leaf-su02-r2", 2)
+        su = await client.get_workflow_handle(su_budget_id(fab, "su02")).query(
+            IsolationBudget.state)
+        assert su.in_use == 2 and {h.forced_by for h in su.holders} == {None, "lead-eve"}
+
+        hc = await start(client, c, task_queue)
+        await until(hc, lambda s: s.state == "awaiting_approval")
+        await hc.signal(PortRemediation.abort, AbortRequest(actor="lead-eve", reason="spine"))
+        rc = await asyncio.wait_for(hc.result(), 60)
+        assert rc.outcome == "aborted"
+        assert fabric.calls("isolate", "leaf-su02-r3:3") == []
+
+        for h in (ha, hb):
+            await h.signal(PortRemediation.abort, AbortRequest(actor="t"))
+            await asyncio.wait_for(h.result(), 60)
+        su = await client.get_workflow_handle(su_budget_id(fab, "su02")).query(
+            IsolationBudget.state)
+        fb = await client.get_workflow_handle(fabric_budget_id(fab)).query(IsolationBudget.state)
+    assert su.in_use == 0 and fb.in_use == 0 and su.refused_total == 2
+
+
+async def test_fabric_cap_refuses_across_sus(wf_env: WorkflowEnvironment, tmp_path: Path,
+                                             ticket_server: TicketServer,
+                                             task_queue: str) -> None:
+    client = wf_env.client
+    fabric = FileFabric(tmp_path)
+    fab = f"f{uuid.uuid4().hex[:8]}"
+    ins = [make_input(f"leaf-su{i:02d}-r1", 1, su=f"su{i:02d}", su_limit=5, fabric=fab)
+           for i in range(3)]
+    ins = [i.model_copy(update={"config": i.config.model_copy(update={"fabric_limit": 2})})
+           for i in ins]
+    async with running_worker(client, task_queue, fabric, ticket_server):
+        handles = []
+        for inp in ins:
+            h = await start(client, inp, task_queue)
+            handles.append(h)
+            await until(h, lambda s: s.state in ("awaiting_technician", "awaiting_approval"))
+        states = [(await h.query(PortRemediation.status)).state for h in handles]
+        su2 = await client.get_workflow_handle(su_budget_id(fab, "su02")).query(
+            IsolationBudget.state)
+        for h in handles:
+            await h.signal(PortRemediation.abort, AbortRequest(actor="t"))
+            await asyncio.wait_for(h.result(), 60)
+    assert states == ["awaiting_technician", "awaiting_technician", "awaiting_approval"]
+    assert su2.in_use == 0  # the SU grant was given back when the fabric cap refused
