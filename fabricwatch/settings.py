@@ -69,6 +69,10 @@ class SecretsSettings(_Frozen):
     m_key_file: Path | None = None
     sm_key: SecretStr | None = None
     sm_key_file: Path | None = None
+    # runbook adapters (workflows/adapters): SONiC RESTCONF and the ticket webhook's bearer token
+    sonic_username: str | None = None
+    sonic_password: SecretStr | None = None
+    ticket_token: SecretStr | None = None
 
 
 class Settings(BaseSettings):
