@@ -88,6 +88,7 @@ class EnvSet:
 
     label: str
     values: dict[str, tuple[str, int]] = field(default_factory=dict)
+    line: int | None = None  # where a missing variable belongs: the container, the ConfigMap
 
 
 def _unquote(raw: str) -> str | None:
@@ -133,7 +134,8 @@ def _pod_env_sets(text: str, path: str) -> list[EnvSet]:
         for doc in k8s.objects(node, path):
             objects += 1
             if doc.kind == "ConfigMap":
-                env = EnvSet(label=f"ConfigMap {doc.namespace}/{doc.name}")
+                env = EnvSet(label=f"ConfigMap {doc.namespace}/{doc.name}",
+                             line=k8s.line_of(doc.node))
                 for key, value in k8s.pairs(k8s.get(doc.node, "data")):
                     if isinstance(value, ScalarNode):
                         env.values[key] = (str(value.value), k8s.line_of(value))
@@ -145,7 +147,8 @@ def _pod_env_sets(text: str, path: str) -> list[EnvSet]:
                 continue
             for container in k8s.containers(spec):
                 cname = k8s.scalar(k8s.get(container, "name")) or "(unnamed)"
-                env = EnvSet(label=f"{doc.kind} {doc.namespace}/{doc.name} container {cname}")
+                env = EnvSet(label=f"{doc.kind} {doc.namespace}/{doc.name} container {cname}",
+                             line=k8s.line_of(container))
                 for item in k8s.items(k8s.get(container, "env")):
                     name = k8s.scalar(k8s.get(item, "name"))
                     value_node: Node | None = k8s.get(item, "value")
@@ -220,8 +223,8 @@ def _audit_env(env: EnvSet, path: str, options: NcclOptions) -> list[Finding]:
             v in values for v in ("NCCL_IB_GID_INDEX", "NCCL_IB_TC",
                                   "NCCL_IB_ROCE_VERSION_NUM"))))
     if roce:
-        out += _roce(values, path, options, ctx)
-    out += _timeouts(values, path, options, ctx)
+        out += _roce(values, path, options, ctx, env.line)
+    out += _timeouts(values, path, options, ctx, env.line)
     return out
 
 
@@ -279,11 +282,11 @@ def _ib_hca(values: dict[str, tuple[str, int]], path: str, options: NcclOptions,
 
 
 def _roce(values: dict[str, tuple[str, int]], path: str, options: NcclOptions,
-          ctx: str) -> list[Finding]:
+          ctx: str, where: int | None) -> list[Finding]:
     out: list[Finding] = []
     if "NCCL_IB_GID_INDEX" not in values:
         out.append(finding(
-            "NCCL004", path, None,
+            "NCCL004", path, where,
             "RoCE without NCCL_IB_GID_INDEX: NCCL may pick a RoCE v1 or link-local GID, whose "
             "packets the fabric does not route or classify as lossless.",
             "Set NCCL_IB_GID_INDEX to the RoCE v2 IPv4/IPv6 GID index (see `show_gids`), the "
@@ -295,7 +298,7 @@ def _roce(values: dict[str, tuple[str, int]], path: str, options: NcclOptions,
     if "NCCL_IB_TC" not in values:
         dscp = min(expected) if expected else 26
         out.append(finding(
-            "NCCL005", path, None,
+            "NCCL005", path, where,
             "RoCE without NCCL_IB_TC: NCCL traffic goes out with DSCP 0, the lossy best-effort "
             "class, so congestion drops packets instead of pausing them.",
             f"Set NCCL_IB_TC={dscp << 2 | 2} (DSCP {dscp}, ECN-capable), a DSCP that maps to the "
@@ -321,27 +324,28 @@ def _roce(values: dict[str, tuple[str, int]], path: str, options: NcclOptions,
 
 
 def _timeouts(values: dict[str, tuple[str, int]], path: str, options: NcclOptions,
-              ctx: str) -> list[Finding]:
+              ctx: str, where: int | None) -> list[Finding]:
     out: list[Finding] = []
     timeout, retry = DEFAULT_IB_TIMEOUT, DEFAULT_IB_RETRY_CNT
-    line: int | None = None
+    line: int | None = None  # the first timeout variable's line, else the container's
     for name, low, high in (("NCCL_IB_TIMEOUT", 0, 31), ("NCCL_IB_RETRY_CNT", 0, 7)):
         if name not in values:
             continue
-        raw, where = values[name]
+        raw, at = values[name]
         number = _int(raw)
         if number is None or not low <= number <= high:
             out.append(finding(
-                "NCCL008", path, where,
+                "NCCL008", path, at,
                 f"{name}={raw[:20]} is outside {low}..{high}, the range the HCA accepts, so "
                 "queue pair setup fails.",
                 f"Set {name} between {low} and {high}.", variable=name, context=ctx))
             return out
-        line = line or where
+        line = line or at
         if name == "NCCL_IB_TIMEOUT":
             timeout = number
         else:
             retry = number
+    line = line or where
     if timeout == 0:
         return out  # 0 is an infinite timeout: nothing to compare
     per_try = IB_TIMEOUT_UNIT_S * 2 ** timeout

@@ -79,7 +79,7 @@ def test_out_of_range_values() -> None:
 def test_pod_spec() -> None:
     findings = audit_nccl((GOLDEN / "nccl/pod.yaml").read_text(), "pod.yaml",
                           NcclOptions(transport="roce", resweep_s=5.0))
-    assert _rules(findings) == [("NCCL004", None), ("NCCL005", None)]
+    assert _rules(findings) == [("NCCL004", 9), ("NCCL005", 9)]  # the container's line
     assert findings[0].evidence["context"] == "Pod train/trainer-0 container trainer"
 
 
