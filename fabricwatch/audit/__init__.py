@@ -48,6 +48,7 @@ class AuditRequest:
     roce: Path | None = None
     fat_tree: bool = False
     plan_expects_qos: bool = False
+    tenant_ipoib: bool = False
     k8s_options: K8sOptions = field(default_factory=K8sOptions)
     nccl_options: NcclOptions = field(default_factory=NcclOptions)
 
@@ -65,7 +66,8 @@ def run_audit(request: AuditRequest) -> list[Finding]:
                                  fat_tree=request.fat_tree,
                                  plan_expects_qos=request.plan_expects_qos)
     if request.partitions:
-        findings += audit_partitions(read_text(request.partitions), str(request.partitions))
+        findings += audit_partitions(read_text(request.partitions), str(request.partitions),
+                                     tenant_ipoib=request.tenant_ipoib)
     if request.k8s:
         findings += audit_k8s(request.k8s, request.k8s_options)
     nccl_options = request.nccl_options

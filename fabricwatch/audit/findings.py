@@ -88,6 +88,8 @@ RULES: dict[str, Rule] = {r.id: r for r in (
     _r("PART007", "unknown-flag", "partitions", _I, "A partition flag opensm ignores."),
     _r("PART008", "duplicate-pkey", "partitions", _I, "One P_Key defined under two names."),
     _r("PART009", "bad-flag-value", "partitions", _W, "A partition flag value opensm skips."),
+    _r("PART010", "tenant-partition-without-ipoib", "partitions", _W,
+       "A tenant partition without ipoib where tenants run IPoIB."),
     # Kubernetes manifests
     _r("K8S001", "privileged-rdma-pod", "k8s", _C, "A GPU/RDMA workload runs privileged."),
     _r("K8S002", "host-network-rdma-pod", "k8s", _W, "A GPU/RDMA workload uses hostNetwork."),

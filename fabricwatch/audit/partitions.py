@@ -14,7 +14,7 @@ default partition 0x7fff. A member without a membership takes the partition's ``
 (limited unless set). opensm matches membership words by prefix (``limi`` is limited, an empty
 ``=`` reads as full); this parser does the same and reports what opensm would misread.
 
-Rules: PART001-PART009.
+Rules: PART001-PART010.
 """
 
 from __future__ import annotations
@@ -293,13 +293,13 @@ def _check_flag_values(conf: PartitionsConf, part: Partition) -> None:
                 f"Give {flag} a number between 0 and {limit}.", flag=flag))
 
 
-def audit_partitions(text: str, path: str) -> list[Finding]:
-    """All findings for one partitions.conf."""
+def audit_partitions(text: str, path: str, *, tenant_ipoib: bool = False) -> list[Finding]:
+    """All findings for one partitions.conf; ``tenant_ipoib``: tenants run IPoIB."""
     conf = parse_partitions(text, path)
     out = list(conf.findings)
     out += _default_partition(conf)
     out += _tenants(conf)
-    out += _ipoib(conf)
+    out += _ipoib(conf, tenant_ipoib=tenant_ipoib)
     return out
 
 
@@ -366,9 +366,16 @@ def _tenants(conf: PartitionsConf) -> list[Finding]:
     return out
 
 
-def _ipoib(conf: PartitionsConf) -> list[Finding]:
+def _ipoib(conf: PartitionsConf, *, tenant_ipoib: bool) -> list[Finding]:
     out: list[Finding] = []
     for part in conf.partitions:
+        if tenant_ipoib and not part.is_default and "ipoib" not in part.flags and part.members:
+            out.append(finding(
+                "PART010", conf.path, part.line,
+                f"Partition {part.label} has no ipoib flag, so opensm creates no IPoIB "
+                "broadcast group for it and the tenant's IPoIB interfaces on this P_Key "
+                "never come up.",
+                "Add `ipoib, mtu=5` to the definition.", partition=part.label))
         if "ipoib" in part.flags and "mtu" not in part.flags:
             out.append(finding(
                 "PART004", conf.path, part.line,

@@ -88,6 +88,8 @@ def _write_ledger(settings: Settings, findings: list, ts: int) -> str:  # type: 
               help="Exit 1 when a finding is at or above this severity.")
 @click.option("--plan-expects-qos", is_flag=True, help="The plan uses InfiniBand QoS (SL/VL).")
 @click.option("--fat-tree", is_flag=True, help="The topology is a fat tree.")
+@click.option("--tenant-ipoib", is_flag=True,
+              help="Tenants run IPoIB on their partitions (each needs ipoib and mtu).")
 @click.option("--resweep-s", type=click.FloatRange(min=0, min_open=True),
               help="The fabric's measured re-sweep time in seconds (else read from the ledger "
                    "with --ledger).")
@@ -114,7 +116,7 @@ def _write_ledger(settings: Settings, findings: list, ts: int) -> str:  # type: 
               help="Write the report to this file instead of stdout.")
 def audit(opensm: Path | None, partitions: Path | None, k8s_paths: tuple[Path, ...],
           nccl_env: Path | None, roce: Path | None, fmt: str, fail_on: str,
-          plan_expects_qos: bool, fat_tree: bool, resweep_s: float | None,
+          plan_expects_qos: bool, fat_tree: bool, tenant_ipoib: bool, resweep_s: float | None,
           backend_if: tuple[str, ...], backend_hca: tuple[str, ...], transport: str | None,
           lossless_priority: int, gpu_namespace: tuple[str, ...],
           infra_namespace: tuple[str, ...], approved_rdma_namespace: tuple[str, ...],
@@ -134,7 +136,7 @@ def audit(opensm: Path | None, partitions: Path | None, k8s_paths: tuple[Path, .
         resweep_source = "measured, from the ledger"
     request = AuditRequest(
         opensm=opensm, partitions=partitions, k8s=k8s_paths, nccl_env=nccl_env, roce=roce,
-        fat_tree=fat_tree, plan_expects_qos=plan_expects_qos,
+        fat_tree=fat_tree, plan_expects_qos=plan_expects_qos, tenant_ipoib=tenant_ipoib,
         k8s_options=K8sOptions(
             gpu_namespaces=frozenset(gpu_namespace),
             infra_namespaces=frozenset(infra_namespace or DEFAULT_INFRA_NAMESPACES),

@@ -124,3 +124,14 @@ def test_comment_only_file_is_valid() -> None:
 def test_other_files_are_refused(name: str) -> None:
     with pytest.raises(AuditInputError, match="partitions.conf"):
         audit_partitions((GOLDEN.parent / name).read_text(), name)
+
+
+def test_tenant_without_ipoib_where_tenants_run_ipoib() -> None:
+    text = ("Default=0x7fff, ipoib, mtu=5 : ALL=limited, SELF=full ;\n"
+            "A=0x10 : 0x1000=full ;\n"
+            "B=0x20, ipoib, mtu=5 : 0x2000=full ;\n")
+    assert audit_partitions(text, "p.conf") == []
+    findings = audit_partitions(text, "p.conf", tenant_ipoib=True)
+    assert [(f.rule, f.line) for f in findings] == [("PART010", 2)]
+    clean = (GOLDEN / "clean.conf").read_text()
+    assert audit_partitions(clean, "clean.conf", tenant_ipoib=True) == []
