@@ -1,14 +1,18 @@
 """Stream side of the topology diff: ``fabric.topology`` snapshots in, detections out.
 
 ``handle`` is the whole decision for one message (decode, pick the fabric's state, ``step``,
-dead-letter what does not validate) and has no Faust in it; ``register`` wires it to the
-topics and a changelogged table of a Faust app the streams worker builds:
+dead-letter what does not validate) and has no Faust in it. Two ways to wire it:
 
-    from streams.topology.agent import register
-    from streams.topology.plan import load_plan_file
-    if settings.plan_path is not None:  # FABRICWATCH_PLAN_PATH
-        register(app, plan=load_plan_file(settings.plan_path), policy=policy,
-                 fabric=settings.fabric)
+* ``register_streams(sa, plan)`` adds it to the worker's ``streams.app.StreamsApp`` (its
+  topics, ``publish`` to detections/breaker/ledger, ``failed``), in ``StreamsApp._register``:
+
+      from streams.topology import agent as topology_diff_agent
+      from streams.topology.plan import load_plan_file
+      if self.settings.plan_path is not None:  # FABRICWATCH_PLAN_PATH
+          topology_diff_agent.register_streams(self, load_plan_file(self.settings.plan_path))
+
+* ``register(app, plan=..., policy=..., fabric=...)`` adds it to any Faust app with topics
+  and a table of its own (what a standalone topology worker would run).
 
 The worker diffs each snapshot of its own fabric against the plan it was given; the state
 (open findings, newest snapshot time) lives in the table ``topology-diff-state`` keyed by
@@ -20,7 +24,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import orjson
 
 from schemas import (
     ContractError,
@@ -37,9 +43,13 @@ from schemas.topics import DETECTIONS, DLQ, TOPOLOGY
 from streams.topology.logic import DEGRADED_LINK, TrackerState, step
 from streams.topology.plan import Plan
 
+if TYPE_CHECKING:
+    from streams.app import StreamsApp
+
 log = logging.getLogger(__name__)
 
-TABLE_NAME = "topology-diff-state"
+TABLE_NAME = "topology-diff-state"  # in a standalone app (register)
+DIFF_TABLE = "topology-diff"  # in the worker's StreamsApp (register_streams)
 AGENT_NAME = "fabricwatch.topology-diff"
 
 
@@ -81,6 +91,48 @@ def handle(raw: bytes, stored: Any, plan: Plan, policy: Policy, *, fabric: str,
         d for d in result.detections if d.detection.value != DEGRADED_LINK)
     return Outcome(result.state.to_json(), detections, result.closed, None,
                    None if result.report is not None else "older than a snapshot already seen")
+
+
+def register_streams(sa: StreamsApp, plan: Plan, *, emit_degraded: bool = False) -> Any:
+    """Add the topology-diff agent to the worker's ``StreamsApp`` (its topics, DLQ, publish).
+
+    A second agent on ``fabric.topology`` beside ``streams.degraded_link``'s, with its own
+    changelogged table ``topology-diff`` keyed by fabric. ``emit_degraded`` is False by
+    default because that detector already judges each link end of a snapshot (give it the
+    plan's widths through ``Context(expectation=expectation_from_plan(plan))``); the diff
+    then publishes ``miswire``, ``missing_link`` and ``unexpected_link``.
+    """
+    from streams.app import partitions_of
+
+    fabric = sa.settings.fabric
+    table = sa.app.Table(DIFF_TABLE, default=None, key_type=bytes, value_type=bytes,
+                         partitions=partitions_of(sa.settings, TOPOLOGY))
+
+    async def topology_diff(stream: Any) -> None:
+        async for event in stream.events():
+            raw = event.value if isinstance(event.value, bytes) else b""
+            try:
+                message = event.message
+                key = fabric.encode("utf-8")
+                stored = table.get(key)
+                outcome = handle(raw, orjson.loads(stored) if stored else None, plan,
+                                 sa.policy, fabric=fabric, emit_degraded=emit_degraded,
+                                 partition=message.partition, offset=message.offset)
+                if outcome.dead_letter is not None:
+                    # The degraded-link agent dead-letters the same bytes already; one is enough.
+                    continue
+                await sa.publish(outcome.detections)  # before the state: at least once
+                if outcome.skipped is None:
+                    table[key] = orjson.dumps(outcome.state)
+                else:
+                    log.info("topology snapshot at offset %s skipped: %s", message.offset,
+                             outcome.skipped)
+                if outcome.closed:
+                    log.info("topology findings closed: %s", ", ".join(outcome.closed))
+            except Exception as exc:  # never die on a message
+                await sa.failed(raw, exc, event.message)
+
+    return sa.app.agent(sa.topology, name="topology-diff")(topology_diff)
 
 
 def register(app: Any, *, plan: Plan, policy: Policy, fabric: str,

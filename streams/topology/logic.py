@@ -225,9 +225,10 @@ def diff(plan: Plan, discovered: Topology, policy: Policy, *,
     # Planned side: end -> (peer, index of the planned link).
     planned_links: list[tuple[End, End]] = []
     planned: dict[End, tuple[End, int]] = {}
+    get_name = names.get
     for i, link in enumerate(plan.links):
-        a = (resolve(link.a_device), link.a_port)
-        b = (resolve(link.b_device), link.b_port)
+        a = (get_name(link.a_device, link.a_device), link.a_port)
+        b = (get_name(link.b_device, link.b_device), link.b_port)
         planned_links.append((a, b))
         planned[a] = (b, i)
         planned[b] = (a, i)
@@ -248,9 +249,10 @@ def diff(plan: Plan, discovered: Topology, policy: Policy, *,
     disc: dict[End, tuple[End, TopologyLink]] = {}
     disc_links: list[tuple[End, End, TopologyLink]] = []
     conflicts = 0
+    get_canon = canon.get
     for tl in discovered.links:
-        a = (dev(tl.a_device), tl.a_port)
-        b = (dev(tl.b_device), tl.b_port)
+        a = (get_canon(tl.a_device) or dev(tl.a_device), tl.a_port)
+        b = (get_canon(tl.b_device) or dev(tl.b_device), tl.b_port)
         pa, pb = disc.get(a), disc.get(b)
         if pa is not None or pb is not None:
             if pa is not None and pa[0] == b:
@@ -269,6 +271,8 @@ def diff(plan: Plan, discovered: Topology, policy: Policy, *,
     unmatched_plan: list[int] = []
     matched = 0
     unjudged = 0
+    widths: dict[str | None, str | None] = {}
+    speeds: dict[str | None, str | None] = {}
     for i, (a, b) in enumerate(planned_links):
         found = disc.get(a)
         if found is None or found[0] != b:
@@ -279,8 +283,12 @@ def diff(plan: Plan, discovered: Topology, policy: Policy, *,
         tl = found[1]
         want_w = link.width or expect_width
         want_s = link.speed or expect_speed
-        got_w = normalize_width(tl.width) if tl.width else None
-        got_s = normalize_speed(tl.speed) if tl.speed else None
+        # Few distinct spellings in a fabric: normalise each once.
+        raw_w, raw_s = tl.width, tl.speed
+        got_w = widths[raw_w] if raw_w in widths else widths.setdefault(
+            raw_w, normalize_width(raw_w) if raw_w else None)
+        got_s = speeds[raw_s] if raw_s in speeds else speeds.setdefault(
+            raw_s, normalize_speed(raw_s) if raw_s else None)
         if got_w is None or got_s is None:
             unjudged += 1
         low_w = got_w is not None and WIDTH_RANK[got_w] < WIDTH_RANK[want_w]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+from pathlib import Path
 
 from schemas import DetectionKind, encode
 from schemas.policy import Policy
@@ -68,3 +69,16 @@ def test_other_fabric_stale_and_invalid_messages() -> None:
         assert bad.dead_letter.source_topic == "fabric.topology"
         assert (bad.dead_letter.offset, bad.dead_letter.ts) == (7, 5)
         assert base64.b64decode(bad.dead_letter.raw_b64) == raw
+
+
+def test_register_streams_adds_an_agent_and_table_to_the_worker_app(tmp_path: Path) -> None:
+    from fabricwatch.settings import Settings
+    from streams.app import StreamsApp
+    from streams.topology.agent import DIFF_TABLE, register_streams
+
+    sa = StreamsApp(Settings(state_dir=tmp_path), POLICY, ledger=False, app_id="t-topology")
+    fab = generate("lab")
+    agent = register_streams(sa, load_plan(fab.to_plan_csv()))
+    assert DIFF_TABLE in sa.app.tables
+    assert "topology-diff" in agent.name
+    assert [t for t in agent.channel.topics] == ["fabric.topology"]
