@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import concurrent.futures
 import contextlib
 import ctypes
 import fcntl
@@ -161,13 +160,27 @@ def _log_tail(path: Path, lines: int = 25) -> str:
 
 
 def _run_coro(factory: Callable[[], Coroutine[Any, Any, _T]]) -> _T:
-    """Run a coroutine to completion from sync code, also when this thread already runs a loop."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(factory())
-    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="fabricwatch-stack") as pool:
-        return pool.submit(lambda: asyncio.run(factory())).result()
+    """Run a coroutine to completion from sync code, on a thread of its own.
+
+    Its own thread and loop: the caller may be inside a running loop (a test, the demo), and
+    asyncio.run on the caller's thread would also unset that thread's current loop. A daemon
+    thread, joined interruptibly: Ctrl-C reaches the caller at once, which then stops the stack.
+    """
+    outcome: list[_T] = []
+    failure: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            outcome.append(asyncio.run(factory()))
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller below
+            failure.append(exc)
+
+    thread = threading.Thread(target=target, name="fabricwatch-stack", daemon=True)
+    thread.start()
+    thread.join()
+    if failure:
+        raise failure[0]
+    return outcome[0]
 
 
 def find_java() -> str:
@@ -424,6 +437,10 @@ class LocalStack:
                 if not self.external(service) and self._stop(service):
                     stopped.append(service)
         return stopped
+
+    def running(self) -> dict[str, bool]:
+        """Whether each managed service's process is alive (no network check; cheap to poll)."""
+        return {s: self._record(s) is not None for s in self.services if not self.external(s)}
 
     def status(self) -> list[ServiceStatus]:
         """Each managed service: ready (answers), running (process up, not answering), stopped."""

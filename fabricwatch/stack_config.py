@@ -166,8 +166,9 @@ def temporal_server_args(binary: Path, temporal: TemporalSettings, db_file: Path
         raise StackConfigError(f"temporal.namespace is not a valid namespace: {temporal.namespace!r}")
     args = [str(binary), "server", "start-dev", "--db-filename", str(db_file), "--ip", host,
             "--port", str(port), "--ui-port", str(ui_port),
-            # The UI would fetch a news feed from the internet; nothing outside loopback here.
-            "--ui-disable-news-fetch"]
+            # Nothing leaves loopback: no UI news feed, no server version check.
+            "--ui-disable-news-fetch",
+            "--dynamic-config-value", "frontend.enableServerVersionCheck=false"]
     if temporal.namespace != "default":  # "default" always exists
         args += ["--namespace", temporal.namespace]
     return args

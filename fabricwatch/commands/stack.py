@@ -94,11 +94,11 @@ def up(foreground: bool, only: tuple[str, ...], timeout: float) -> None:
         raise _Stopped
 
     previous = signal.signal(signal.SIGTERM, on_term)
-    click.echo("running in the foreground; Ctrl-C stops the stack")
     try:
+        click.echo("running in the foreground; Ctrl-C stops the stack")
         while True:
             time.sleep(1)
-            stopped = [s.name for s in local.status() if s.state == "stopped"]
+            stopped = [name for name, alive in local.running().items() if not alive]
             if stopped:
                 raise click.ClickException(f"{', '.join(stopped)} exited; see {local.logs_dir}")
     except (KeyboardInterrupt, _Stopped):
