@@ -25,7 +25,8 @@ from temporalio import activity, workflow
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from fabricwatch.settings import Settings
+from fabricwatch.settings import KafkaSettings, Settings
+from fabricwatch.stack import LocalStack, StackError
 from fabricwatch.stack_config import free_ports
 from schemas.topics import ALL_TOPICS
 
@@ -273,3 +274,12 @@ def test_foreground_stack_leaves_no_orphans(tmp_path: Path, how: str) -> None:
         assert not (state / "run" / "temporal.json").exists()
     status = _cli(env, "status")
     assert "temporal  stopped" in status.stdout
+
+
+def test_a_broker_that_dies_at_start_is_reported_with_its_log(tmp_path: Path) -> None:
+    kp, kc = free_ports(2)
+    # A heap too small for the JVM to start: java exits at once, as a broken install would.
+    settings = Settings(state_dir=tmp_path, kafka=KafkaSettings(port=kp, controller_port=kc, heap="-Xmx1k"))
+    with pytest.raises(StackError, match=r"kafka exited while starting; last lines of .*kafka\.log"):
+        LocalStack(settings, services=["kafka"], timeout=60).up()
+    assert not (tmp_path / "run" / "kafka.json").exists()

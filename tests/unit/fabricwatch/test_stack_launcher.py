@@ -6,7 +6,9 @@ Starts no service: the checks here fail (on purpose) before a process would be s
 from __future__ import annotations
 
 import os
+import shutil
 import socket
+import time
 from pathlib import Path
 
 import pytest
@@ -14,8 +16,16 @@ from click.testing import CliRunner
 
 from fabricwatch.cli import main
 from fabricwatch.settings import KafkaSettings, Settings, TemporalSettings
-from fabricwatch.stack import LocalStack, StackError, _group_members, _PidRecord, _proc_stat
-from fabricwatch.stack_config import StackConfigError, free_ports
+from fabricwatch.stack import (
+    LocalStack,
+    StackError,
+    _group_members,
+    _PidRecord,
+    _proc_stat,
+    ensure_kafka_jars,
+    find_java,
+)
+from fabricwatch.stack_config import KAFKA_HOME, StackConfigError, free_ports
 
 
 def _settings(tmp_path: Path) -> Settings:
@@ -88,3 +98,32 @@ def test_cli_status_exit_code_and_bad_settings(tmp_path: Path, monkeypatch: pyte
     monkeypatch.setenv("FABRICWATCH_KAFKA__HEAP", "-jar evil.jar")
     result = runner.invoke(main, ["stack", "up", "--only", "kafka"])
     assert result.exit_code == 2 and "kafka.heap" in result.output
+
+
+def test_missing_java_is_named_with_the_fix(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # an empty PATH: no java, no mvn
+    with pytest.raises(StackError, match=r"Java 17\+ runtime and no `java` is on PATH.*apt-get install"):
+        find_java()
+
+
+def test_missing_maven_is_named_with_the_fix(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    home = tmp_path / "kafka"
+    home.mkdir()
+    shutil.copy(KAFKA_HOME / "pom.xml", home / "pom.xml")
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    with pytest.raises(StackError, match=r"Maven is not installed.*apt-get install -y maven"):
+        ensure_kafka_jars(home, tmp_path / "maven.log")
+
+
+def test_fetched_jars_are_not_fetched_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A libs folder with its stamp newer than the pom is taken as is (no mvn on PATH needed)."""
+    home = tmp_path / "kafka"
+    (home / "libs").mkdir(parents=True)
+    shutil.copy(KAFKA_HOME / "pom.xml", home / "pom.xml")
+    (home / "libs" / "kafka_2.13-4.1.1.jar").write_bytes(b"")
+    (home / "libs" / ".complete").touch()
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert ensure_kafka_jars(home) == home / "libs"
+    os.utime(home / "pom.xml", (time.time() + 10, time.time() + 10))  # the pom changed since
+    with pytest.raises(StackError, match="Maven is not installed"):
+        ensure_kafka_jars(home, tmp_path / "maven.log")
