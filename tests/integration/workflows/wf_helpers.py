@@ -161,3 +161,21 @@ def fabric_activities(fabric: FileFabric, ticket_url: str, sink: Any | None = No
                             checker=SimChecker(adapter), fencer=NoFencer(),
                             ticketing=WebhookTicketing(ticket_url))
     return acts, sink
+
+
+class JsonlSink:
+    """Records appended to a file, so a test can read what several worker processes wrote."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    async def write(self, events: Any) -> int:
+        with self.path.open("a") as fh:
+            for e in events:
+                fh.write(e.model_dump_json() + "\n")
+        return len(events)
+
+    def rows(self) -> list[dict[str, Any]]:
+        if not self.path.exists():
+            return []
+        return [json.loads(line) for line in self.path.read_text().splitlines() if line]
