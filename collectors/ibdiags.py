@@ -337,3 +337,116 @@ def parse_iblinkinfo(text: str, *, fabric: str, ts: int, lids: LidMap | None = N
     if not seen:
         raise ParseError(None, None, "no iblinkinfo port line found")
     return counters_events(devices, fabric=fabric, ts=ts, source=source, kind="iblinkinfo")
+
+
+# ---------------------------------------------------------------- ibstat / ibstatus
+
+_IBSTAT_CA = re.compile(r"^CA '([^']+)'\s*$")
+_IBSTAT_PORT = re.compile(r"^Port (\d+):\s*$")
+_IBSTAT_KV = re.compile(r"^([A-Za-z][A-Za-z_ ]*?):\s*(.*)$")
+_IBSTATUS_HEAD = re.compile(r"^Infiniband device '([^']+)' port (\d+) status:\s*$")
+_RATE_WIDTH_SPEED = re.compile(r"\((\d+X)\s+([A-Z0-9]+)\)")
+
+
+def _hca_name(host: str | None, hca: str, line: int) -> str:
+    if not host:
+        raise ParseError(None, line, "the output names the HCA but not the host; give the "
+                                     "host name (--device HOST), the device becomes HOST/HCA")
+    return f"{host}/{hca}"
+
+
+def _state_word(value: str) -> str:
+    """``4: ACTIVE`` -> ``ACTIVE``; ``Active`` stays."""
+    return value.split(":", 1)[-1].strip()
+
+
+@guarded
+def parse_ibstat(text: str, *, fabric: str, ts: int, host: str | None,
+                 source: str = "ibstat") -> list[Counters]:
+    """``ibstat`` -> per HCA port ``state``, ``phys_state``, ``rate_gbps``, ``lid``,
+    ``port_guid``, ``link_layer`` (extra fields). ibstat prints only the total rate, which
+    does not say width and speed apart (100 is 4X EDR or 2X HDR), so those stay null. An
+    ``ibpanic:`` line means ibstat failed part-way: the output is refused as incomplete."""
+    devices: dict[str, DeviceSamples] = {}
+    hca: str | None = None
+    sample: PortValues | None = None
+    for number, line in lines(text):
+        stripped = line.strip()
+        if not stripped:
+            continue
+        if stripped.startswith("ibpanic:"):
+            raise ParseError(None, number, f"ibstat failed part-way ({stripped[8:80].strip()}); "
+                                           "its output is incomplete")
+        match = _IBSTAT_CA.match(stripped)
+        if match:
+            hca, sample = match.group(1), None
+            continue
+        match = _IBSTAT_PORT.match(stripped)
+        if match:
+            if hca is None:
+                raise ParseError(None, number, "Port line before any CA line")
+            name = _hca_name(host, hca, number)
+            sample = devices.setdefault(name, DeviceSamples(name)).sample(int(match.group(1)))
+            continue
+        match = _IBSTAT_KV.match(stripped)
+        if match is None or hca is None:
+            raise ParseError(None, number, f"not ibstat output: {stripped[:80]!r}")
+        key, value = match.group(1).strip(), match.group(2).strip()
+        if sample is None:
+            continue  # CA-level lines (type, firmware, GUIDs)
+        if key == "State":
+            sample.values["state"] = value
+        elif key == "Physical state":
+            sample.values["phys_state"] = value
+        elif key == "Rate":
+            sample.values["rate_gbps"] = float(to_int(value, number, "Rate"))
+        elif key == "Base lid":
+            sample.values["lid"] = to_int(value, number, "Base lid")
+        elif key == "Port GUID":
+            sample.values["port_guid"] = value
+        elif key == "Link layer":
+            sample.values["link_layer"] = value
+    if not devices:
+        raise ParseError(None, None, "no 'CA ... Port N:' record found")
+    return counters_events(devices, fabric=fabric, ts=ts, source=source, kind="ibstat")
+
+
+@guarded
+def parse_ibstatus(text: str, *, fabric: str, ts: int, host: str | None,
+                   source: str = "ibstat") -> list[Counters]:
+    """``ibstatus`` -> per HCA port width and speed (``(4X HDR)``), ``state``,
+    ``phys_state``, ``rate_gbps``, ``lid`` (hex in ibstatus), ``link_layer``."""
+    devices: dict[str, DeviceSamples] = {}
+    sample: PortValues | None = None
+    for number, line in lines(text):
+        stripped = line.strip()
+        if not stripped:
+            continue
+        match = _IBSTATUS_HEAD.match(stripped)
+        if match:
+            name = _hca_name(host, match.group(1), number)
+            sample = devices.setdefault(name, DeviceSamples(name)).sample(int(match.group(2)))
+            continue
+        match = _IBSTAT_KV.match(stripped)
+        if match is None or sample is None:
+            raise ParseError(None, number, f"not ibstatus output: {stripped[:80]!r}")
+        key, value = match.group(1).strip(), match.group(2).strip()
+        if key == "state":
+            sample.values["state"] = _state_word(value)
+        elif key == "phys state":
+            sample.values["phys_state"] = _state_word(value)
+        elif key == "base lid":
+            sample.values["lid"] = to_int(value, number, "base lid")
+        elif key == "link_layer":
+            sample.values["link_layer"] = value
+        elif key == "rate":
+            rate = re.match(r"([\d.]+)\s*Gb/sec", value)
+            if rate is None:
+                raise ParseError(None, number, f"unreadable rate {value[:40]!r}")
+            sample.values["rate_gbps"] = float(rate.group(1))
+            pair = _RATE_WIDTH_SPEED.search(value)
+            if pair and sample.values.get("state", "").upper() == "ACTIVE":
+                sample.values["width"], sample.values["speed"] = pair.group(1), pair.group(2)
+    if not devices:
+        raise ParseError(None, None, "no \"Infiniband device '...' port N status:\" record")
+    return counters_events(devices, fabric=fabric, ts=ts, source=source, kind="ibstatus")

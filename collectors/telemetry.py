@@ -750,3 +750,115 @@ def _queue_total(values: dict[str, Any]) -> None:
              and isinstance(v, int)]
     if drops:
         values["queue_drop_pkts"] = sum(drops)
+
+
+# ---------------------------------------------------------------- mlxlink --json
+
+_FIRST_NUMBER = re.compile(r"^\s*(-?[\d.]+(?:[eE][-+]?\d+)?)")
+
+
+def _mlx_float(value: Any, what: str) -> float | None:
+    if not isinstance(value, str):
+        return None
+    match = _FIRST_NUMBER.match(value)
+    if match is None:
+        return None  # "N/A"
+    try:
+        return float(match.group(1))
+    except ValueError:
+        raise ParseError(None, None, f"mlxlink {what} {value[:40]!r} is not a number") from None
+
+
+def _mlx_lanes(value: Any, what: str) -> list[float]:
+    """Per-lane values, from ``"3.58,3.25,3.23,2.65 [-9.9..6.9]"`` or ``{"values": [...]}``."""
+    if isinstance(value, dict):
+        items = value.get("values") or []
+    elif isinstance(value, str):
+        items = value.split("[", 1)[0].split(",")
+    else:
+        return []
+    out = []
+    for item in items:
+        number = _mlx_float(str(item), what)
+        if number is not None:
+            out.append(number)
+    return out
+
+
+@guarded
+def parse_mlxlink(text: str, *, fabric: str, ts: int, device: str, port: int = 1,
+                  source: str = "mlxlink") -> list[Counters]:
+    """``mlxlink -m -c [--show_histogram] --json`` -> one sample with BER, FEC, module data.
+
+    ``raw_ber`` / ``effective_ber`` from "Physical Counters and BER Info";
+    ``fec_uncorrectable`` = "Effective Physical Errors" (errors FEC did not correct);
+    ``fec_corrected`` = codewords in FEC histogram bins 1..15 (with 1 to 15 corrected
+    symbols), where the histogram is present; ``module_temp_c``; ``rx_power_dbm`` = the
+    weakest lane (all lanes in ``rx_power_dbm_lanes``); the module's vendor, part and serial
+    number as evidence for a cable ticket. mlxlink does not print which device it read, so
+    ``device`` and ``port`` come from the caller.
+    """
+    docs = list(_load_json(text))
+    if len(docs) != 1 or not isinstance(docs[0][1], dict):
+        raise ParseError(None, None, "not mlxlink --json output (one JSON object expected)")
+    doc = docs[0][1]
+    status = doc.get("status")
+    if isinstance(status, dict) and status.get("code") not in (0, None):
+        raise ParseError(None, None, f"mlxlink reported failure: {str(status.get('message'))[:120]}")
+    output = (doc.get("result") or {}).get("output") if isinstance(doc.get("result"), dict) else None
+    if not isinstance(output, dict):
+        raise ParseError(None, None, "not mlxlink --json output (no result.output object)")
+    values: dict[str, Any] = {}
+    phys = output.get("Physical Counters and BER Info")
+    if isinstance(phys, dict):
+        values["raw_ber"] = _mlx_float(phys.get("Raw Physical BER"), "Raw Physical BER")
+        values["effective_ber"] = _mlx_float(phys.get("Effective Physical BER"),
+                                             "Effective Physical BER")
+        for key, field in (("Effective Physical Errors", "fec_uncorrectable"),
+                           ("Link Down Counter", "link_downed"),
+                           ("Link Error Recovery Counter", "link_error_recovery")):
+            number = _mlx_float(phys.get(key), key)
+            values[field] = None if number is None else int(number)
+        raw_errors = _mlx_lanes(phys.get("Raw Physical Errors Per Lane"), "raw errors")
+        if raw_errors:
+            values["raw_physical_errors"] = int(sum(raw_errors))
+    histogram = output.get("Histogram of FEC Errors")
+    if isinstance(histogram, dict):
+        corrected = 0
+        for bin_no in range(1, 16):
+            entry = histogram.get(f"Bin {bin_no}")
+            counts = entry.get("values") if isinstance(entry, dict) else None
+            if isinstance(counts, list) and len(counts) == 2:
+                number = _num(counts[1], None, f"FEC histogram bin {bin_no}")
+                corrected += int(number or 0)
+        values["fec_corrected"] = corrected
+    module = output.get("Module Info")
+    if isinstance(module, dict):
+        values["module_temp_c"] = _mlx_float(module.get("Temperature [C]"), "temperature")
+        lanes = _mlx_lanes(module.get("Rx Power Current [dBm]"), "rx power")
+        if lanes:
+            values["rx_power_dbm"] = min(lanes)
+            values["rx_power_dbm_lanes"] = lanes
+        for key, field in (("Vendor Name", "cable_vendor"), ("Vendor Part Number", "cable_part"),
+                           ("Vendor Serial Number", "cable_serial"), ("Identifier", "module")):
+            if isinstance(module.get(key), str):
+                values[field] = module[key]
+    oper = output.get("Operational Info")
+    if isinstance(oper, dict):
+        if isinstance(oper.get("Width"), str) and re.fullmatch(r"\d+x", oper["Width"]):
+            values["width"] = oper["Width"].upper()
+        speed = oper.get("Speed")
+        if isinstance(speed, str):
+            ib = re.fullmatch(r"IB-([A-Z0-9]+)", speed.strip())
+            if ib:
+                values["speed"] = ib.group(1)
+            else:
+                values["eth_speed"] = speed.strip()
+        for key, field in (("State", "state"), ("FEC", "fec_mode")):
+            if isinstance(oper.get(key), str):
+                values[field] = oper[key]
+    if not values:
+        raise ParseError(None, None, "mlxlink output has none of the sections read here")
+    ports = _Ports()
+    ports.put(device, port, values)  # register widths: mlxlink does not say
+    return ports.events(fabric=fabric, ts=ts, source=source, kind="mlxlink")

@@ -71,9 +71,10 @@ def _list_formats() -> None:
 @click.option("--list", "list_formats", is_flag=True, help="Name the formats and exit.")
 @click.option("--fabric", help="Fabric name (default: the fabric setting).")
 @click.option("--device", help="Device the output is about, where the output does not say "
-              "(perfquery, ethtool, SONiC); the host name for sysfs and rdma-statistic.")
+              "(perfquery, ethtool, mlxlink, SONiC); the host name for sysfs, rdma-statistic, "
+              "ibstat and ibstatus.")
 @click.option("--port", type=click.IntRange(0, 1024), default=1, show_default=True,
-              help="Port of --device for ethtool -S.")
+              help="Port of --device for ethtool -S and mlxlink.")
 @click.option("--ts", "ts_text", metavar="TS", help="Reading time (RFC 3339 or epoch ms) for "
               "outputs that carry none; default: now.")
 @click.option("--tz", help="IANA zone of local-time log stamps (opensm, ufm-events).")

@@ -98,6 +98,12 @@ CASES: tuple[Case, ...] = (
          fattree=True),
     Case("samples/ufm-event-log.log", "ufm-events", {"tz": "Europe/Oslo"}),
     Case("ufm/telemetry-fluentd-small-message.json", "ufm-telemetry"),
+    *(Case(f"ibstat/{name}", "ibstat", {"device": "gpu-node-1"}) for name in (
+        "h100-ndr-ib-and-roce-some-down.txt", "h100-roce-all-active.txt",
+        "a100-hdr-spaces-ibpanic-trailer.txt")),
+    Case("ibstatus/a100-hdr-hex-lids.txt", "ibstatus", {"device": "gpu-node-2"}),
+    *(Case(f"mlxlink/{name}", "mlxlink", {"device": "gpu-node-1/mlx5_0", "port": 1})
+      for name in ("cx7-400g-dr4-module-counters.json", "cx7-400g-fec-histogram-serdes.json")),
     Case("gnmic/event-format-srl-interface-statistics.json", "gnmic"),
     Case("samples/gnmic-json-format.json", "gnmic"),
     Case("samples/gnmic-protojson.jsonl", "gnmic"),
