@@ -17,8 +17,12 @@ watchdog breaks pause storms.
     tc: 0 ratelimit: unlimited, tsa: vendor
     ...
 
-It shows trust and PFC only, so MTU, ECN and watchdog rules apply to the switch YAML, whose
-shape (one mapping per document, one document per switch or profile) is::
+It shows trust and PFC only, so MTU, ECN and watchdog rules apply to the switch's QoS: a SONiC
+``config_db.json`` (PORT_QOS_MAP ``pfc_enable`` / ``pfcwd_sw_enable`` / ``dscp_to_tc_map``,
+QUEUE ``wred_profile`` -> WRED_PROFILE ``ecn`` and ``green_min/max_threshold``, BUFFER_PG
+``profile`` -> BUFFER_PROFILE ``xoff``, PFC_WD, PORT ``mtu``; findings are grouped over the
+ports they hold for), or YAML of this shape (one mapping per document, one document per switch
+or profile)::
 
     device: leaf-su01-r3          # optional
     trust: dscp                   # dscp | pcp | port
@@ -60,6 +64,10 @@ KNOWN_WD = frozenset({"enabled", "detection_time_ms", "restoration_time_ms", "ac
 KNOWN_ECN = frozenset({"enabled", "priority", "min_threshold_bytes", "max_threshold_bytes",
                        "probability_percent"})
 QOS_KEYS = frozenset({"trust", "mtu", "pfc", "ecn"})
+# SONiC CONFIG_DB tables that carry RoCE QoS (config_db.json is JSON, so YAML reads it).
+SONIC_TABLES = frozenset({"PORT_QOS_MAP", "WRED_PROFILE", "BUFFER_PG", "PFC_WD"})
+SONIC_ECN_OFF = frozenset({"", "ecn_none"})
+MAX_PORTS_SHOWN = 6
 
 
 @dataclass
@@ -242,6 +250,9 @@ def _switch_yaml(text: str, path: str) -> tuple[list[Finding], RoceContext]:
     out: list[Finding] = []
     ctx = RoceContext()
     for node in nodes:
+        if isinstance(node, MappingNode) and {k for k, _ in k8s.pairs(node)} & SONIC_TABLES:
+            out += _sonic(path, node, ctx)
+            continue
         if not isinstance(node, MappingNode) or not (
                 {k for k, _ in k8s.pairs(node)} & QOS_KEYS):
             raise AuditInputError(
@@ -355,15 +366,182 @@ def _ecn(doc: _Doc, pfc: Node | None, ecn: Node | None) -> None:
         line_node = k8s.get(ecn, "min_threshold_bytes" if low >= xoff else "max_threshold_bytes")
         doc.findings.append(finding(
             "ROCE003", p, k8s.line_of(line_node) if line_node else None,
-            f"ECN marks at {which:g} bytes but PFC pauses at {xoff:g} bytes{where}, so pauses "
+            f"ECN marks at {which:.0f} bytes but PFC pauses at {xoff:.0f} bytes{where}, so pauses "
             "come before (or without) the ECN signal that should slow senders first.",
-            f"Lower the ECN thresholds well below xoff (min at most {xoff / 2:g}, max below "
-            f"{xoff:g} bytes).", ecn_bytes=which, xoff_bytes=xoff))
+            f"Lower the ECN thresholds well below xoff (min at most {xoff / 2:.0f}, max below "
+            f"{xoff:.0f} bytes).", ecn_bytes=which, xoff_bytes=xoff))
     elif low > xoff / 2:
         doc.findings.append(finding(
             "ROCE003", p, k8s.line_of(line_node) if line_node else None,
-            f"ECN starts marking at {low:g} bytes, more than half of the PFC xoff threshold "
-            f"({xoff:g} bytes){where}, leaving DCQCN little room before PFC pauses.",
-            f"Lower ecn.min_threshold_bytes to at most {xoff / 2:g} bytes.",
+            f"ECN starts marking at {low:.0f} bytes, more than half of the PFC xoff threshold "
+            f"({xoff:.0f} bytes){where}, leaving DCQCN little room before PFC pauses.",
+            f"Lower ecn.min_threshold_bytes to at most {xoff / 2:.0f} bytes.",
             ecn_bytes=low, xoff_bytes=xoff))
 
+
+
+# --- SONiC CONFIG_DB ------------------------------------------------------------------------
+
+def _ref(value: str | None) -> str:
+    """A table reference: ``AZURE`` or the older ``[WRED_PROFILE|AZURE]`` form."""
+    text = (value or "").strip()
+    if text.startswith("[") and text.endswith("]"):
+        text = text[1:-1].split("|", 1)[-1]
+    return text
+
+
+def _priorities(value: str | None) -> list[int] | None:
+    out: list[int] = []
+    for part in (value or "").split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if not part.isdigit() or int(part) > 7:
+            return None
+        out.append(int(part))
+    return out
+
+
+def _port_keyed(table: Node | None) -> dict[str, list[tuple[set[int], Node]]]:
+    """``Ethernet0|3``, ``Ethernet0|3-4`` and ``Ethernet0,Ethernet4|3-4`` keys, per port."""
+    out: dict[str, list[tuple[set[int], Node]]] = {}
+    for key, value in k8s.pairs(table):
+        ports, _, index = key.partition("|")
+        low, _, high = index.partition("-")
+        try:
+            first, last = int(low), int(high or low)
+        except ValueError:
+            continue
+        if not 0 <= first <= last <= 15:  # queue / PG indices; anything else is not ours
+            continue
+        ids = set(range(first, last + 1))
+        for port in ports.split(","):
+            out.setdefault(port.strip(), []).append((ids, value))
+    return out
+
+
+class _Grouped:
+    """One finding per (rule, reason) over every port it holds for, at the first port's line."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.groups: dict[tuple[str, str], tuple[int | None, list[str], str, Severity | None]] = {}
+
+    def add(self, rule: str, port: str, line: int | None, reason: str, fix: str,
+            severity: Severity | None = None) -> None:
+        key = (rule, reason)
+        if key not in self.groups:
+            self.groups[key] = (line, [], fix, severity)
+        self.groups[key][1].append(port)
+
+    def findings(self) -> list[Finding]:
+        out: list[Finding] = []
+        for (rule, reason), (line, ports, fix, severity) in self.groups.items():
+            shown = ", ".join(ports[:MAX_PORTS_SHOWN])
+            if len(ports) > MAX_PORTS_SHOWN:
+                shown += f" and {len(ports) - MAX_PORTS_SHOWN} more"
+            out.append(finding(rule, self.path, line, f"{reason} (port{'s' * (len(ports) > 1)} "
+                               f"{shown}).", fix, severity, ports=len(ports)))
+        return out
+
+
+def _sonic(path: str, db: MappingNode, ctx: RoceContext) -> list[Finding]:
+    qos_map = k8s.get(db, "PORT_QOS_MAP")
+    ports_table = k8s.get(db, "PORT")
+    global_qos = k8s.get(qos_map, "global")
+    queues = _port_keyed(k8s.get(db, "QUEUE"))
+    pgs = _port_keyed(k8s.get(db, "BUFFER_PG"))
+    wred = k8s.get(db, "WRED_PROFILE")
+    profiles = k8s.get(db, "BUFFER_PROFILE")
+    pfc_wd = k8s.get(db, "PFC_WD")
+    out = _Grouped(path)
+    ports = [(name, node) for name, node in k8s.pairs(qos_map) if name != "global"]
+    if not ports:
+        return [finding(
+            "ROCE001", path, k8s.line_of(qos_map) if qos_map else None,
+            "No port has a PORT_QOS_MAP entry, so PFC is enabled on no priority and RoCE "
+            "traffic is lossy.",
+            "Add PORT_QOS_MAP entries with pfc_enable set to the RoCE priority (e.g. \"3\").",
+            priorities="")]
+    for name, node in ports:
+        line = k8s.line_of(node)
+        pfc_node = k8s.get(node, "pfc_enable")
+        prios = _priorities(k8s.scalar(pfc_node))
+        if prios is None:
+            out.add("ROCE007", name, k8s.line_of(pfc_node) if pfc_node else line,
+                    "pfc_enable is not a comma-separated list of priorities 0-7, so PFC could "
+                    "not be checked", "Write pfc_enable as e.g. \"3\".")
+            prios = []
+        else:
+            for f in _pfc_findings(path, None, prios, ""):
+                out.add(f.rule, name, k8s.line_of(pfc_node) if pfc_node else line,
+                        f.reason.rstrip("."), f.fix, f.severity)
+            if len(prios) == 1 and not ctx.pfc_priorities:
+                ctx.pfc_priorities = prios
+        dscp_map = k8s.get(node, "dscp_to_tc_map") or k8s.get(global_qos, "dscp_to_tc_map")
+        if dscp_map is None:
+            trust = "pcp" if k8s.get(node, "dot1p_to_tc_map") is not None else None
+            for f in _trust_finding(path, None, trust, ""):
+                out.add(f.rule, name, line, f.reason.rstrip("."),
+                        "Bind a DSCP_TO_TC_MAP to the port (PORT_QOS_MAP dscp_to_tc_map).")
+        elif not ctx.dscp_to_priority:
+            table = k8s.get(k8s.get(db, "DSCP_TO_TC_MAP"), _ref(k8s.scalar(dscp_map)))
+            for dscp, tc in k8s.pairs(table):
+                d, t = _num_text(dscp), _num(tc)
+                if d is not None and t is not None and 0 <= d < 64 and 0 <= t < 8:
+                    ctx.dscp_to_priority[int(d)] = int(t)
+        mtu_node = k8s.get(k8s.get(ports_table, name), "mtu")
+        mtu = _num(mtu_node)
+        if mtu is not None and mtu < MIN_ROCE_MTU and mtu_node is not None:
+            out.add("ROCE004", name, k8s.line_of(mtu_node),
+                    f"MTU is {mtu:g} bytes, below 4200, so 4096-byte RoCE frames do not fit",
+                    "Set the port mtu to 9100 (at least 4200) end to end.")
+        sw_wd = set(_priorities(k8s.scalar(k8s.get(node, "pfcwd_sw_enable"))) or [])
+        has_wd = k8s.get(k8s.get(pfc_wd, name), "detection_time") is not None or (
+            bool(prios) and set(prios) <= sw_wd)
+        if prios and not has_wd:
+            out.add("ROCE005", name, line,
+                    "No PFC watchdog, so a stuck receiver's pause storm can freeze the lossless "
+                    "class across the fabric",
+                    "Enable the PFC watchdog (`config pfcwd start --action drop ports all "
+                    "detection-time 200`).")
+        _sonic_ecn(out, name, line, prios, queues.get(name, []), pgs.get(name, []), wred,
+                   profiles)
+    return out.findings()
+
+
+def _sonic_ecn(out: _Grouped, port: str, line: int, prios: list[int],
+               queues: list[tuple[set[int], Node]], pgs: list[tuple[set[int], Node]],
+               wred: Node | None, profiles: Node | None) -> None:
+    for prio in prios:
+        profile_node = next((k8s.get(q, "wred_profile") for ids, q in queues
+                             if prio in ids and k8s.get(q, "wred_profile") is not None), None)
+        profile = k8s.get(wred, _ref(k8s.scalar(profile_node))) if profile_node else None
+        ecn = (k8s.scalar(k8s.get(profile, "ecn")) or "").strip()
+        if profile is None or ecn in SONIC_ECN_OFF:
+            out.add("ROCE008", port, k8s.line_of(profile_node) if profile_node else line,
+                    f"ECN marking is not configured on lossless queue {prio}, so DCQCN never "
+                    "slows senders and congestion becomes PFC pauses",
+                    "Give the lossless queue a WRED_PROFILE with ecn ecn_all and green "
+                    "thresholds below the PG xoff.")
+            continue
+        low = _num(k8s.get(profile, "green_min_threshold"))
+        high = _num(k8s.get(profile, "green_max_threshold"))
+        pg_node = next((k8s.get(pg, "profile") for ids, pg in pgs
+                        if prio in ids and k8s.get(pg, "profile") is not None), None)
+        xoff = _num(k8s.get(k8s.get(profiles, _ref(k8s.scalar(pg_node))), "xoff")) \
+            if pg_node else None
+        if low is None or xoff is None:
+            continue  # dynamic buffer model: xoff is computed, not in CONFIG_DB
+        if low >= xoff or (high is not None and high >= xoff):
+            which = low if low >= xoff else high
+            out.add("ROCE003", port, k8s.line_of(profile),
+                    f"ECN on queue {prio} marks at {which:.0f} bytes but PFC pauses at {xoff:.0f} "
+                    "bytes, so pauses come before the ECN signal that should slow senders",
+                    f"Lower green_min_threshold to at most {xoff / 2:.0f} and green_max_threshold "
+                    f"below {xoff:.0f} bytes.")
+        elif low > xoff / 2:
+            out.add("ROCE003", port, k8s.line_of(profile),
+                    f"ECN on queue {prio} starts at {low:.0f} bytes, more than half of the PFC "
+                    f"xoff ({xoff:.0f} bytes), leaving DCQCN little room before PFC pauses",
+                    f"Lower green_min_threshold to at most {xoff / 2:.0f} bytes.")

@@ -49,7 +49,14 @@ NCCL_TEXT = _tokens("NCCL_IB_TC=", "NCCL_IB_TIMEOUT=", "NCCL_IB_RETRY_CNT=",
 ROCE_TEXT = _tokens("PFC configuration:\n", "priority 0 1 2 3 4 5 6 7\n", "enabled ", "0 ",
                     "1 ", "Priority trust state: ", "dscp", "pcp", "prio:3 dscp:26,\n",
                     "trust: ", "mtu: ", "pfc:\n", "  priorities: [", "]", "  xoff_bytes: ",
-                    "ecn:\n", "  min_threshold_bytes: ", "1e999", "nan", "-5", "\n")
+                    "ecn:\n", "  min_threshold_bytes: ", "1e999", "nan", "-5", "\n",
+                    "PORT_QOS_MAP:\n", "  E0: {pfc_enable: '", "3,4", "', dscp_to_tc_map: M}\n",
+                    "  global: {dscp_to_tc_map: M}\n", "DSCP_TO_TC_MAP: {M: {'26': '3'}}\n",
+                    "QUEUE:\n", "  E0|3-", "99999999999", ": {wred_profile: W}\n",
+                    "WRED_PROFILE: {W: {ecn: ecn_all, green_min_threshold: ", "}}\n",
+                    "BUFFER_PG:\n  E0|3: {profile: '[BUFFER_PROFILE|P]'}\n",
+                    "BUFFER_PROFILE: {P: {xoff: ", "PFC_WD: {E0: {detection_time: 1}}\n",
+                    "PORT: {E0: {mtu: ")
 
 
 def _only_input_errors(call: object) -> None:

@@ -69,3 +69,29 @@ def test_ecn_min_above_half_xoff() -> None:
 def test_not_qos_is_refused(text: str) -> None:
     with pytest.raises(AuditInputError):
         audit_roce(text, "x")
+
+
+def test_sonic_config_db_clean() -> None:
+    findings, ctx = audit_roce((GOLDEN / "sonic-config-db-clean.json").read_text(), "c.json")
+    assert findings == []
+    assert ctx.pfc_priorities == [3]
+    assert ctx.lossless_dscps == frozenset({26})
+
+
+def test_sonic_config_db_violations_grouped_by_port() -> None:
+    text = (GOLDEN / "sonic-config-db-violations.json").read_text()
+    findings, _ = audit_roce(text, "v.json")
+    assert _rules(findings) == [
+        ("ROCE001", 12),  # pfc_enable "3,4" (Ethernet0 and Ethernet8, one finding)
+        ("ROCE002", 17),  # Ethernet8 classifies by dot1p
+        ("ROCE003", 31),  # AZURE_LOSSLESS green_min 1048576 >= xoff 38912 (queue 3)
+        ("ROCE003", 31),  # ... and queue 4
+        ("ROCE004", 7),   # Ethernet8 mtu 1500
+        ("ROCE005", 10),  # no PFC_WD, no pfcwd_sw_enable
+        ("ROCE008", 17),  # Ethernet8 queue 4 has no WRED profile
+        ("ROCE008", 28),  # Ethernet8 queue 3: ecn_none
+    ]
+    by_rule = {f.rule: f for f in findings}
+    assert by_rule["ROCE001"].evidence["ports"] == 2
+    assert "ports Ethernet0, Ethernet8" in by_rule["ROCE001"].reason
+    assert "1048576 bytes" in by_rule["ROCE003"].reason
