@@ -21,6 +21,7 @@ fabric, so a restarted worker does not fire the open findings again.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -50,6 +51,8 @@ log = logging.getLogger(__name__)
 
 TABLE_NAME = "topology-diff-state"  # in a standalone app (register)
 DIFF_TABLE = "topology-diff"  # in the worker's StreamsApp (register_streams)
+STORE_TRIES = 60
+STORE_RETRY_S = 0.5  # aiokafka refreshes metadata for unknown topics within ~0.1-1 s
 AGENT_NAME = "fabricwatch.topology-diff"
 
 
@@ -93,6 +96,25 @@ def handle(raw: bytes, stored: Any, plan: Plan, policy: Policy, *, fabric: str,
                    None if result.report is not None else "older than a snapshot already seen")
 
 
+async def _store(table: Any, key: Any, value: Any, *, tries: int = STORE_TRIES) -> None:
+    """``table[key] = value``, waiting out a changelog topic not yet in the metadata.
+
+    Right after a worker starts, Faust can see the freshly declared changelog topic with 0
+    partitions and refuse the write (``PartitionsMismatch``) until the client's metadata
+    catches up; losing the write would reopen every finding on the next snapshot.
+    """
+    from faust.exceptions import PartitionsMismatch
+
+    for attempt in range(tries):
+        try:
+            table[key] = value
+            return
+        except PartitionsMismatch:
+            if attempt == tries - 1:
+                raise
+            await asyncio.sleep(STORE_RETRY_S)
+
+
 def register_streams(sa: StreamsApp, plan: Plan, *, emit_degraded: bool = False) -> Any:
     """Add the topology-diff agent to the worker's ``StreamsApp`` (its topics, DLQ, publish).
 
@@ -123,7 +145,7 @@ def register_streams(sa: StreamsApp, plan: Plan, *, emit_degraded: bool = False)
                     continue
                 await sa.publish(outcome.detections)  # before the state: at least once
                 if outcome.skipped is None:
-                    table[key] = orjson.dumps(outcome.state)
+                    await _store(table, key, orjson.dumps(outcome.state))
                 else:
                     log.info("topology snapshot at offset %s skipped: %s", message.offset,
                              outcome.skipped)
@@ -156,7 +178,7 @@ def register(app: Any, *, plan: Plan, policy: Policy, fabric: str,
             for det in outcome.detections:
                 await sink.send(key=message_key(det).encode("utf-8"), value=encode(det))
             if outcome.skipped is None:
-                table[key] = outcome.state
+                await _store(table, key, outcome.state)
             else:
                 log.info("topology snapshot at offset %s skipped: %s", message.offset,
                          outcome.skipped)

@@ -1,10 +1,12 @@
-"""The topology agent's per-message decision (``handle``): no Faust, no broker."""
+"""The topology agent: its per-message decision (``handle``), its wiring, its state writes (no broker)."""
 
 from __future__ import annotations
 
 import base64
 import dataclasses
 from pathlib import Path
+
+import pytest
 
 from schemas import DetectionKind, encode
 from schemas.policy import Policy
@@ -82,3 +84,32 @@ def test_register_streams_adds_an_agent_and_table_to_the_worker_app(tmp_path: Pa
     assert DIFF_TABLE in sa.app.tables
     assert "topology-diff" in agent.name
     assert [t for t in agent.channel.topics] == ["fabric.topology"]
+
+
+class _LateChangelog(dict[str, object]):
+    """A table whose changelog topic shows up in the metadata only after some writes."""
+
+    def __init__(self, failures: int) -> None:
+        super().__init__()
+        self.failures = failures
+
+    def __setitem__(self, key: str, value: object) -> None:
+        from faust.exceptions import PartitionsMismatch
+
+        if self.failures:
+            self.failures -= 1
+            raise PartitionsMismatch("changelog has 0 partitions")
+        super().__setitem__(key, value)
+
+
+async def test_state_write_waits_out_a_changelog_not_yet_in_the_metadata() -> None:
+    from faust.exceptions import PartitionsMismatch
+
+    from streams.topology import agent
+
+    table = _LateChangelog(failures=2)
+    await agent._store(table, "lab", {"open": {}}, tries=3)
+    assert table == {"lab": {"open": {}}}
+    never = _LateChangelog(failures=5)
+    with pytest.raises(PartitionsMismatch):
+        await agent._store(never, "lab", {}, tries=2)
