@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -16,6 +17,7 @@ import click
 from fabricwatch.audit import (
     AuditInputError,
     AuditRequest,
+    Finding,
     K8sOptions,
     NcclOptions,
     at_or_above,
@@ -58,7 +60,7 @@ def resweep_from_ledger(settings: Settings) -> float | None:
         ledger.close()
 
 
-def _write_ledger(settings: Settings, findings: list, ts: int) -> str:  # type: ignore[type-arg]
+def _write_ledger(settings: Settings, findings: Sequence[Finding], ts: int) -> str:
     try:
         from ledger import open_ledger
 

@@ -21,7 +21,7 @@ from fabricwatch.audit import (
     render_text,
     run_audit,
 )
-from fabricwatch.audit.findings import fingerprint
+from fabricwatch.audit.findings import Finding, fingerprint
 from schemas import Detection, decode, encode
 
 GOLDEN = Path(__file__).parents[2] / "golden" / "audit"
@@ -72,7 +72,7 @@ SARIF_SUBSET = {
 }
 
 
-def _all_findings() -> list:  # type: ignore[type-arg]
+def _all_findings() -> list[Finding]:
     return run_audit(AuditRequest(
         opensm=GOLDEN / "opensm/violations.conf",
         partitions=GOLDEN / "partitions/violations.conf",

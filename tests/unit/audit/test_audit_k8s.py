@@ -7,13 +7,14 @@ from pathlib import Path
 import pytest
 
 from fabricwatch.audit import AuditInputError, K8sOptions, audit_k8s
+from fabricwatch.audit.findings import Finding
 from fabricwatch.audit.k8s import audit_manifest_text
 
 GOLDEN = Path(__file__).parents[2] / "golden" / "audit" / "k8s"
 OPTIONS = K8sOptions(approved_rdma_namespaces=frozenset({"train"}))
 
 
-def _rules(findings: list) -> list[tuple[str, str, int | None]]:  # type: ignore[type-arg]
+def _rules(findings: list[Finding]) -> list[tuple[str, str, int | None]]:
     return sorted((Path(f.file).name, f.rule, f.line) for f in findings)
 
 

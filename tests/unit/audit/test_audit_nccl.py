@@ -7,13 +7,14 @@ from pathlib import Path
 import pytest
 
 from fabricwatch.audit import AuditInputError, AuditRequest, NcclOptions, audit_nccl, run_audit
+from fabricwatch.audit.findings import Finding
 from fabricwatch.audit.nccl import IB_TIMEOUT_UNIT_S, parse_env_file
 
 GOLDEN = Path(__file__).parents[2] / "golden" / "audit"
 HCAS = ("mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3")
 
 
-def _rules(findings: list) -> list[tuple[str, int | None]]:  # type: ignore[type-arg]
+def _rules(findings: list[Finding]) -> list[tuple[str, int | None]]:
     return sorted(((f.rule, f.line) for f in findings), key=lambda r: (r[0], r[1] or 0))
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from fabricwatch.audit import AuditInputError, audit_opensm, render
+from fabricwatch.audit.findings import Finding
 from fabricwatch.audit.opensm import KNOWN_KEYS, parse_opensm
 
 GOLDEN = Path(__file__).parents[2] / "golden" / "audit" / "opensm"
@@ -20,7 +21,7 @@ def _default_text() -> str:
     return DEFAULT_CONF.read_text()
 
 
-def _rules(findings: list) -> list[tuple[str, int | None]]:  # type: ignore[type-arg]
+def _rules(findings: list[Finding]) -> list[tuple[str, int | None]]:
     return sorted((f.rule, f.line) for f in findings)
 
 

@@ -7,12 +7,13 @@ from pathlib import Path
 import pytest
 
 from fabricwatch.audit import AuditInputError, audit_partitions
+from fabricwatch.audit.findings import Finding
 from fabricwatch.audit.partitions import parse_partitions
 
 GOLDEN = Path(__file__).parents[2] / "golden" / "audit" / "partitions"
 
 
-def _rules(findings: list) -> list[tuple[str, int | None]]:  # type: ignore[type-arg]
+def _rules(findings: list[Finding]) -> list[tuple[str, int | None]]:
     return sorted((f.rule, f.line) for f in findings)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -59,13 +60,14 @@ ROCE_TEXT = _tokens("PFC configuration:\n", "priority 0 1 2 3 4 5 6 7\n", "enabl
                     "PORT: {E0: {mtu: ")
 
 
-def _only_input_errors(call: object) -> None:
+def _only_input_errors(call: Callable[[], object]) -> None:
     try:
-        result = call()  # type: ignore[operator]
+        result = call()
     except AuditInputError as exc:
         assert str(exc)
         return
     findings = result[0] if isinstance(result, tuple) else result
+    assert isinstance(findings, list)
     for fmt in ("text", "json", "sarif"):
         assert render(findings, fmt)
     for d in findings_to_detections(findings, fabric="lab", ts=int(time.time() * 1000)):

@@ -7,11 +7,12 @@ from pathlib import Path
 import pytest
 
 from fabricwatch.audit import AuditInputError, audit_roce
+from fabricwatch.audit.findings import Finding
 
 GOLDEN = Path(__file__).parents[2] / "golden" / "audit" / "roce"
 
 
-def _rules(findings: list) -> list[tuple[str, int | None]]:  # type: ignore[type-arg]
+def _rules(findings: list[Finding]) -> list[tuple[str, int | None]]:
     return sorted(((f.rule, f.line) for f in findings), key=lambda r: (r[0], r[1] or 0))
 
 
