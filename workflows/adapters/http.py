@@ -17,12 +17,14 @@ _RETRYABLE_4XX = {408, 409, 429}
 
 
 class RestClient:
-    def __init__(self, base_url: str, *, auth: aiohttp.BasicAuth | None = None,
+    def __init__(self, base_url: str, *, basic_auth: tuple[str, str] | None = None,
                  headers: dict[str, str] | None = None, timeout_s: float = 30.0,
                  verify_tls: bool = True) -> None:
         self.base_url = base_url.rstrip("/")
-        self._auth = auth
-        self._headers = headers or {}
+        self._headers = dict(headers or {})
+        if basic_auth is not None:
+            # a default session header, not part of any URL or message
+            self._headers["Authorization"] = aiohttp.encode_basic_auth(*basic_auth)
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._verify_tls = verify_tls
         self._session: aiohttp.ClientSession | None = None
@@ -30,7 +32,7 @@ class RestClient:
     def _get_session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(
-                auth=self._auth, headers=self._headers, timeout=self._timeout,
+                headers=self._headers, timeout=self._timeout,
                 connector=aiohttp.TCPConnector(ssl=self._verify_tls))
         return self._session
 

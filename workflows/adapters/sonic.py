@@ -19,7 +19,6 @@ import re
 from typing import Any
 from urllib.parse import quote
 
-import aiohttp
 from pydantic import SecretStr
 
 from workflows.adapters.base import AdapterError, AdapterRejected
@@ -38,7 +37,7 @@ class SonicController:
                  interface_template: str = "Ethernet{port}", verify_tls: bool = True,
                  timeout_s: float = 30.0) -> None:
         self._rest = RestClient(
-            base_url, auth=aiohttp.BasicAuth(username, password.get_secret_value()),
+            base_url, basic_auth=(username, password.get_secret_value()),
             timeout_s=timeout_s, verify_tls=verify_tls,
             headers={"Content-Type": "application/yang-data+json",
                      "Accept": "application/yang-data+json"})

@@ -18,7 +18,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import aiohttp
 from pydantic import SecretStr
 
 from workflows.adapters.base import AdapterError, AdapterRejected
@@ -48,7 +47,7 @@ class UfmController:
     def __init__(self, base_url: str, username: str, password: SecretStr, *,
                  verify_tls: bool = True, timeout_s: float = 30.0) -> None:
         self._rest = RestClient(
-            base_url, auth=aiohttp.BasicAuth(username, password.get_secret_value()),
+            base_url, basic_auth=(username, password.get_secret_value()),
             timeout_s=timeout_s, verify_tls=verify_tls,
             headers={"Content-Type": "application/json"})
 
