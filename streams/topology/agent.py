@@ -112,6 +112,9 @@ async def _store(table: Any, key: Any, value: Any, *, tries: int = STORE_TRIES) 
         except PartitionsMismatch:
             if attempt == tries - 1:
                 raise
+            if attempt == 0:
+                log.info("table %s: changelog topic not in the metadata yet; waiting",
+                         getattr(table, "name", "?"))
             await asyncio.sleep(STORE_RETRY_S)
 
 
