@@ -41,9 +41,7 @@ from streams.sink import LedgerSink, LedgerWriter
 
 log = logging.getLogger(__name__)
 
-APP_ID = "fabricwatch-streams"
-COUNTER_DOWNS_TOPIC = f"{APP_ID}.counter-downs"
-BREAKER_TOPIC = f"{APP_ID}.breaker"
+APP_ID = "fabricwatch-streams"  # also the consumer group and the internal topics' prefix
 
 
 def partitions_of(settings: Settings, topic: registry.Topic) -> int:
@@ -63,7 +61,7 @@ class StreamsApp:
         self.settings = settings
         self.policy = policy
         self.engine = Engine(policy, context)
-        self.datadir = Path(settings.state_dir) / "streams" / f"worker-{worker_index}"
+        self.datadir = Path(settings.state_dir) / "streams" / app_id / f"worker-{worker_index}"
         self.datadir.mkdir(parents=True, exist_ok=True)
         self.app = faust.App(
             app_id,
@@ -81,7 +79,7 @@ class StreamsApp:
             producer_linger_ms=5,
             broker_commit_interval=1.0,
         )
-        n_port = partitions_of(settings, registry.PORT_EVENTS)
+        self.n_port = n_port = partitions_of(settings, registry.PORT_EVENTS)
 
         def topic(name: str, partitions: int | None = None, internal: bool = False) -> Any:
             return self.app.topic(name, key_type=bytes, value_type=bytes,
@@ -95,8 +93,8 @@ class StreamsApp:
         self.actions = topic(registry.ACTIONS.name)
         self.detections = topic(registry.DETECTIONS.name)
         self.dlq = topic(registry.DLQ.name)
-        self.counter_downs = topic(COUNTER_DOWNS_TOPIC, n_port, internal=True)
-        self.breaker = topic(BREAKER_TOPIC, 1, internal=True)
+        self.counter_downs = topic(f"{app_id}.counter-downs", n_port, internal=True)
+        self.breaker = topic(f"{app_id}.breaker", 1, internal=True)
 
         def table(name: str, partitions: int) -> Any:
             # bytes types make Faust pick the raw codec for the store and the changelog:
@@ -112,6 +110,32 @@ class StreamsApp:
         self.sink: LedgerSink | None = LedgerSink(self._open_ledger) if ledger else None
         self.stats = {"events": 0, "samples": 0, "detections": 0, "dead_letters": 0}
         self._register()
+
+    async def ensure_topics(self) -> None:
+        """Create the internal topics (and any missing contract topic) before consuming.
+
+        Faust declares only the topics its agents subscribe to by object; ours are sent to
+        as well, and a consumer subscribed to a topic that does not exist yet only logs.
+        """
+        from aiokafka.admin import (  # type: ignore[import-untyped]  # no py.typed there
+            AIOKafkaAdminClient,
+            NewTopic,
+        )
+
+        wanted = {self.counter_downs.get_topic_name(): self.n_port,
+                  self.breaker.get_topic_name(): 1}
+        for t in registry.ALL_TOPICS:
+            wanted[t.name] = partitions_of(self.settings, t)
+        admin = AIOKafkaAdminClient(bootstrap_servers=self.settings.kafka.bootstrap_servers)
+        await admin.start()
+        try:
+            existing = set(await admin.list_topics())
+            missing = [NewTopic(name, n, 1) for name, n in wanted.items() if name not in existing]
+            if missing:
+                response = await admin.create_topics(missing)
+                log.info("created topics %s: %s", [t.name for t in missing], response)
+        finally:
+            await admin.close()
 
     def _open_ledger(self) -> LedgerWriter:
         from ledger import open_ledger

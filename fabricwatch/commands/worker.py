@@ -12,6 +12,7 @@ sink (set ``FABRICWATCH_CLICKHOUSE_URL`` for a ledger server every worker writes
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import signal
 import subprocess
@@ -36,9 +37,11 @@ from schemas.policy import Policy
               help="Also write detections and dead letters to the ledger.")
 @click.option("--loglevel", type=click.Choice(["debug", "info", "warning", "error"]),
               default="info", show_default=True)
+@click.option("--app-id", default="fabricwatch-streams", show_default=True,
+              help="Faust app id: the consumer group and the prefix of internal topics.")
 @click.option("--index", "worker_index", type=click.IntRange(0, 63), default=0, hidden=True)
 def worker_command(policy_path: Path | None, workers: int, ledger: bool, loglevel: str,
-                   worker_index: int) -> None:
+                   app_id: str, worker_index: int) -> None:
     """Run the stream processors until stopped (SIGINT/SIGTERM)."""
     settings = load_settings()
     path = policy_path or settings.policy_path
@@ -48,8 +51,11 @@ def worker_command(policy_path: Path | None, workers: int, ledger: bool, logleve
         where = f" at {exc.path}" if exc.path else ""
         click.echo(f"error: {path}{where}: {exc.reason}", err=True)
         raise SystemExit(2) from None
+    if not app_id.replace("-", "").replace("_", "").replace(".", "").isalnum():
+        click.echo(f"error: --app-id {app_id!r}: use letters, digits, '-', '_', '.'", err=True)
+        raise SystemExit(2)
     if workers > 1:
-        raise SystemExit(_supervise(workers, path, ledger, loglevel,
+        raise SystemExit(_supervise(workers, path, ledger, loglevel, app_id,
                                     embedded=settings.clickhouse_url is None))
     import faust
 
@@ -57,19 +63,21 @@ def worker_command(policy_path: Path | None, workers: int, ledger: bool, logleve
 
     logging.basicConfig(level=loglevel.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    sa = StreamsApp(settings, policy, ledger=ledger, worker_index=worker_index)
+    sa = StreamsApp(settings, policy, ledger=ledger, worker_index=worker_index, app_id=app_id)
+    asyncio.run(sa.ensure_topics())
     worker = faust.Worker(sa.app, loglevel=loglevel.upper(), quiet=True,
                           redirect_stdouts=False, override_logging=False)
     worker.execute_from_commandline()
 
 
-def _supervise(workers: int, policy: Path | None, ledger: bool, loglevel: str, *,
-               embedded: bool) -> int:
+def _supervise(workers: int, policy: Path | None, ledger: bool, loglevel: str, app_id: str,
+               *, embedded: bool) -> int:
     """Start ``workers`` single-worker processes and wait; SIGTERM/SIGINT stop them all."""
     procs: list[subprocess.Popen[bytes]] = []
     for i in range(workers):
         args = [sys.executable, "-c", "from fabricwatch.cli import main; main()", "worker",
-                "--workers", "1", "--index", str(i), "--loglevel", loglevel]
+                "--workers", "1", "--index", str(i), "--loglevel", loglevel,
+                "--app-id", app_id]
         if policy is not None:
             args += ["--policy", str(policy)]
         # chdb allows one process per data folder: only worker 0 writes the embedded ledger
