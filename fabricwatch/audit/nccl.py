@@ -128,36 +128,46 @@ def parse_env_file(text: str, path: str) -> tuple[EnvSet, list[Finding]]:
 
 
 def _pod_env_sets(text: str, path: str) -> list[EnvSet]:
-    sets: list[EnvSet] = []
-    objects = 0
-    for node in k8s.compose_documents(text, path):
-        for doc in k8s.objects(node, path):
-            objects += 1
-            if doc.kind == "ConfigMap":
-                env = EnvSet(label=f"ConfigMap {doc.namespace}/{doc.name}",
-                             line=k8s.line_of(doc.node))
-                for key, value in k8s.pairs(k8s.get(doc.node, "data")):
-                    if isinstance(value, ScalarNode):
-                        env.values[key] = (str(value.value), k8s.line_of(value))
-                sets.append(env)
-                continue
-            template = k8s.POD_TEMPLATE_PATHS.get(doc.kind)
-            spec = k8s.get_path(doc.node, template) if template else None
-            if not isinstance(spec, MappingNode):
-                continue
-            for container in k8s.containers(spec):
-                cname = k8s.scalar(k8s.get(container, "name")) or "(unnamed)"
-                env = EnvSet(label=f"{doc.kind} {doc.namespace}/{doc.name} container {cname}",
-                             line=k8s.line_of(container))
-                for item in k8s.items(k8s.get(container, "env")):
-                    name = k8s.scalar(k8s.get(item, "name"))
-                    value_node: Node | None = k8s.get(item, "value")
-                    if name and isinstance(value_node, ScalarNode):
-                        env.values[name] = (str(value_node.value), k8s.line_of(value_node))
-                sets.append(env)
-    if objects == 0:
+    """One variable set per container (``envFrom`` ConfigMaps of the same file merged in,
+    ``env`` entries winning as in Kubernetes), plus one per ConfigMap no container uses."""
+    docs = [doc for node in k8s.compose_documents(text, path) for doc in k8s.objects(node, path)]
+    if not docs:
         raise AuditInputError("no Kubernetes object and no KEY=VALUE lines: this is neither "
                               "an env file nor a pod spec", path)
+    config_maps: dict[tuple[str, str], EnvSet] = {}
+    for doc in docs:
+        if doc.kind == "ConfigMap":
+            env = EnvSet(label=f"ConfigMap {doc.namespace}/{doc.name}",
+                         line=k8s.line_of(doc.node))
+            for key, value in k8s.pairs(k8s.get(doc.node, "data")):
+                if isinstance(value, ScalarNode):
+                    env.values[key] = (str(value.value), k8s.line_of(value))
+            config_maps[(doc.namespace, doc.name)] = env
+    used: set[tuple[str, str]] = set()
+    sets: list[EnvSet] = []
+    for doc in docs:
+        template = k8s.POD_TEMPLATE_PATHS.get(doc.kind)
+        spec = k8s.get_path(doc.node, template) if template else None
+        if not isinstance(spec, MappingNode):
+            continue
+        for container in k8s.containers(spec):
+            cname = k8s.scalar(k8s.get(container, "name")) or "(unnamed)"
+            env = EnvSet(label=f"{doc.kind} {doc.namespace}/{doc.name} container {cname}",
+                         line=k8s.line_of(container))
+            for source in k8s.items(k8s.get(container, "envFrom")):
+                ref = k8s.scalar(k8s.get(k8s.get(source, "configMapRef"), "name"))
+                prefix = k8s.scalar(k8s.get(source, "prefix")) or ""
+                found = config_maps.get((doc.namespace, ref or ""))
+                if found is not None:
+                    used.add((doc.namespace, ref or ""))
+                    env.values.update({prefix + k: v for k, v in found.values.items()})
+            for item in k8s.items(k8s.get(container, "env")):
+                name = k8s.scalar(k8s.get(item, "name"))
+                value_node: Node | None = k8s.get(item, "value")
+                if name and isinstance(value_node, ScalarNode):
+                    env.values[name] = (str(value_node.value), k8s.line_of(value_node))
+            sets.append(env)
+    sets += [env for key, env in config_maps.items() if key not in used]
     if not sets:
         raise AuditInputError("no pod spec or ConfigMap with environment variables found",
                               path)

@@ -111,3 +111,33 @@ def test_other_files_are_refused(name: str) -> None:
 def test_yaml_without_pods_is_refused() -> None:
     with pytest.raises(AuditInputError):
         audit_nccl("just: yaml\n", "x.yaml", NcclOptions())
+
+
+def test_pod_env_from_config_map_in_the_same_file() -> None:
+    text = """
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: nccl, namespace: train}
+data:
+  NCCL_IB_GID_INDEX: "3"
+  NCCL_IB_TC: "0"
+---
+apiVersion: batch/v1
+kind: Job
+metadata: {name: allreduce, namespace: train}
+spec:
+  template:
+    spec:
+      containers:
+        - name: a
+          image: x
+          envFrom: [{configMapRef: {name: nccl}}]
+          env: [{name: NCCL_IB_TC, value: "106"}]
+        - name: b
+          image: x
+          envFrom: [{configMapRef: {name: nccl}}]
+"""
+    findings = audit_nccl(text, "job.yaml", NcclOptions(transport="roce", resweep_s=1.0))
+    # Container a overrides the ConfigMap's TC; container b inherits TC 0 from line 7.
+    assert [(f.rule, f.line, f.evidence["context"]) for f in findings] == [
+        ("NCCL006", 7, "Job train/allreduce container b")]
