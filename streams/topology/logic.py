@@ -34,6 +34,7 @@ from schemas.policy import SPEED_RANK, WIDTH_RANK, Policy
 from streams.topology.plan import (
     End,
     Plan,
+    PlanError,
     PlanLink,
     canonical_device,
     normalize_guid,
@@ -388,8 +389,6 @@ def guid_names_from_topology(topology: Topology) -> dict[str, str]:
 
 
 def _raise_resolved_duplicate(plan: Plan, links: list[tuple[End, End]]) -> None:
-    from streams.topology.plan import PlanError
-
     seen: dict[End, int] = {}
     for link, (a, b) in zip(plan.links, links, strict=True):
         for end in (a, b):
