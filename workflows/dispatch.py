@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy
@@ -109,17 +107,26 @@ class Dispatcher:
 async def run_dispatcher(dispatcher: Dispatcher, bootstrap: str, *,
                          group_id: str = "fabricwatch-runbooks",
                          stop: asyncio.Event | None = None,
-                         on_dispatch: Callable[[Detection], Any] | None = None) -> None:
-    """Consume ``fabric.topology`` (whole, for the inventory) and ``fabric.detections``."""
+                         topology_wait_s: float = 30.0) -> None:
+    """Consume ``fabric.topology`` (whole, for the inventory) and ``fabric.detections``.
+
+    Detections wait (up to ``topology_wait_s``) until the topology topic has been read to
+    the end once, so the first runbooks know their SU sizes and cable peers.
+    """
     from aiokafka import AIOKafkaConsumer  # type: ignore[import-untyped]
 
     stop = stop or asyncio.Event()
-    topo_task = asyncio.create_task(_follow_topology(dispatcher, bootstrap, stop))
+    caught_up = asyncio.Event()
+    topo_task = asyncio.create_task(_follow_topology(dispatcher, bootstrap, stop, caught_up))
     consumer = AIOKafkaConsumer(
         DETECTIONS.name, bootstrap_servers=bootstrap, group_id=group_id,
         enable_auto_commit=False, auto_offset_reset="earliest")
     await consumer.start()
     try:
+        try:
+            await asyncio.wait_for(caught_up.wait(), topology_wait_s)
+        except TimeoutError:
+            log.warning("topology not read within %.0f s; placing ports by name", topology_wait_s)
         while not stop.is_set():
             batches = await consumer.getmany(timeout_ms=500, max_records=500)
             for _tp, messages in batches.items():
@@ -134,20 +141,37 @@ async def run_dispatcher(dispatcher: Dispatcher, bootstrap: str, *,
         await asyncio.gather(topo_task, return_exceptions=True)
 
 
-async def _follow_topology(dispatcher: Dispatcher, bootstrap: str, stop: asyncio.Event) -> None:
+async def _follow_topology(dispatcher: Dispatcher, bootstrap: str, stop: asyncio.Event,
+                           caught_up: asyncio.Event) -> None:
     """Read every topology snapshot from the start (no group: each dispatcher needs all)."""
-    from aiokafka import AIOKafkaConsumer
+    from aiokafka import AIOKafkaConsumer, TopicPartition
 
-    consumer = AIOKafkaConsumer(TOPOLOGY.name, bootstrap_servers=bootstrap, group_id=None,
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None,
                                 enable_auto_commit=False, auto_offset_reset="earliest",
                                 max_partition_fetch_bytes=32 * 1024 * 1024,
                                 fetch_max_bytes=64 * 1024 * 1024)
     await consumer.start()
     try:
+        parts = consumer.partitions_for_topic(TOPOLOGY.name)
+        if parts is None:
+            await consumer._client.force_metadata_update()
+            parts = consumer.partitions_for_topic(TOPOLOGY.name) or set()
+        tps = [TopicPartition(TOPOLOGY.name, p) for p in sorted(parts)]
+        if not tps:
+            caught_up.set()
+            return
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        ends = await consumer.end_offsets(tps)
         while not stop.is_set():
             batches = await consumer.getmany(timeout_ms=1000)
             for _tp, messages in batches.items():
                 for msg in messages:
                     await dispatcher.handle_raw(msg.value)
+            if not caught_up.is_set():
+                positions = {tp: await consumer.position(tp) for tp in tps}
+                if all(positions[tp] >= ends[tp] for tp in tps):
+                    caught_up.set()
     finally:
+        caught_up.set()
         await consumer.stop()
