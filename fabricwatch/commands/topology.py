@@ -28,9 +28,14 @@ def _fail(message: str) -> SystemExit:
 
 def _read(path: Path, what: str) -> str:
     try:
-        if path.stat().st_size > MAX_INPUT_BYTES:
+        if str(path) == "-":  # a pipe: ibnetdiscover | fabricwatch topology diff ... -
+            raw = click.get_binary_stream("stdin").read(MAX_INPUT_BYTES + 1)
+            if len(raw) > MAX_INPUT_BYTES:
+                raise _fail(f"{what} on stdin: larger than {MAX_INPUT_BYTES} bytes")
+        elif path.stat().st_size > MAX_INPUT_BYTES:
             raise _fail(f"{what} {path}: larger than {MAX_INPUT_BYTES} bytes")
-        raw = path.read_bytes()
+        else:
+            raw = path.read_bytes()
     except OSError as exc:
         raise _fail(f"cannot read {what} {path}: {exc.strerror}") from None
     try:
@@ -89,8 +94,8 @@ def topology_group() -> None:
               dir_okay=False), help="cable plan CSV: a_device,a_port,b_device,b_port[,cable_id,"
               "width,speed] (default: FABRICWATCH_PLAN_PATH)")
 @click.option("--discovered", "discovered_path", required=True,
-              type=click.Path(path_type=Path, dir_okay=False),
-              help="ibnetdiscover output (either format) or a JSON topology event")
+              type=click.Path(path_type=Path, dir_okay=False, allow_dash=True),
+              help="ibnetdiscover output (either format) or a JSON topology event; - for stdin")
 @click.option("--format", "fmt", type=click.Choice(["json", "text"]), default="json",
               show_default=True)
 @click.option("--policy", "policy_path", type=click.Path(path_type=Path, dir_okay=False),
@@ -133,8 +138,8 @@ def diff_command(plan_path: Path | None, discovered_path: Path, fmt: str, policy
 
 @topology_group.command("plan")
 @click.option("--discovered", "discovered_path", required=True,
-              type=click.Path(path_type=Path, dir_okay=False),
-              help="ibnetdiscover output (either format) or a JSON topology event")
+              type=click.Path(path_type=Path, dir_okay=False, allow_dash=True),
+              help="ibnetdiscover output (either format) or a JSON topology event; - for stdin")
 @click.option("--cable-prefix", default=None, help="number the cables PREFIX1, PREFIX2, ...")
 @click.option("--fabric", default=None, help="fabric name for ibnetdiscover input")
 def plan_command(discovered_path: Path, cable_prefix: str | None, fabric: str | None) -> None:

@@ -118,3 +118,11 @@ def test_plan_from_settings_or_a_clear_error(tmp_path: Path,
     monkeypatch.setenv("FABRICWATCH_PLAN_PATH", str(GOLDEN / "small-topo-edited-plan.csv"))
     code, out, _ = run("diff", "--discovered", SMALL)
     assert code == 1 and orjson.loads(out)["summary"]["findings"] == 5
+
+
+def test_discovered_from_stdin() -> None:
+    result = CliRunner().invoke(main, ["topology", "diff", "--plan",
+                                       str(GOLDEN / "small-topo-edited-plan.csv"),
+                                       "--discovered", "-"], input=SMALL.read_bytes())
+    assert result.exit_code == 1
+    assert orjson.loads(result.stdout)["summary"]["findings"] == 5
