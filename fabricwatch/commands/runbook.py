@@ -14,11 +14,13 @@ from __future__ import annotations
 import asyncio
 import getpass
 import logging
+import os
 import signal
 import sys
+import time
 from contextlib import AsyncExitStack
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -50,11 +52,27 @@ def _default_actor() -> str:
         return "unknown"
 
 
+def _hard_exit(code: int = 0) -> NoReturn:
+    """Leave without interpreter finalization.
+
+    The Temporal client's Rust runtime keeps threads that can abort CPython's finalization
+    ("PyGILState_Release: thread state ... must be current", temporalio/sdk-python#300),
+    turning a successful command into exit code 134. These short commands have nothing to
+    clean up beyond stdout and stderr, which are flushed first.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def _run(coro: Any) -> Any:
     try:
         return asyncio.run(coro)
     except ConnectionError as exc:
-        raise _fail(f"cannot reach Temporal: {exc}") from None
+        click.echo(f"error: cannot reach Temporal: {exc}", err=True)
+        _hard_exit(2)
+    except SystemExit as exc:
+        _hard_exit(exc.code if isinstance(exc.code, int) else 1)
 
 
 async def _client(settings: Settings) -> Any:
@@ -116,15 +134,14 @@ def list_command(show_all: bool, as_json: bool, limit: int) -> None:
     if as_json:
         for row in rows:
             click.echo(dumps(row).decode())
-        return
-    if not rows:
+    elif not rows:
         click.echo("no runbooks")
-        return
-    for row in rows:
+    for row in rows if not as_json else []:
         waiting = f" waiting for {row['waiting_for']}" if row.get("waiting_for") else ""
         shadow = " [shadow]" if row.get("shadow") else ""
         click.echo(f"{row['id']}  {row['status']}  {row.get('state', '')}  "
                    f"{row.get('step', '')}{waiting}{shadow}")
+    _hard_exit(0)
 
 
 @runbook_group.command("show")
@@ -144,7 +161,7 @@ def show_command(ident: str, as_json: bool) -> None:
     st = _run(go())
     if as_json:
         click.echo(st.model_dump_json(indent=2))
-        return
+        _hard_exit(0)
     click.echo(f"{st.workflow_id}\n  state: {st.state}  step: {st.step}"
                + (f"  waiting for: {st.waiting_for}" if st.waiting_for else "")
                + ("  [shadow]" if st.shadow else ""))
@@ -158,10 +175,12 @@ def show_command(ident: str, as_json: bool) -> None:
     click.echo("  history:")
     for h in st.history:
         note = f" - {h.note}" if h.note else ""
-        click.echo(f"    {h.ts} {h.step} {h.outcome} by {h.actor}{note}")
+        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(h.ts / 1000))
+        click.echo(f"    {when} {h.step} {h.outcome} by {h.actor}{note}")
     click.echo("  evidence:")
     for e in st.evidence:
         click.echo(f"    {e.tool} exit {e.exit_code} ({e.bytes} bytes)")
+    _hard_exit(0)
 
 
 @runbook_group.command("step-done")
@@ -190,6 +209,7 @@ def step_done_command(ident: str, step: str, note: str | None, actor: str | None
 
     _run(go())
     click.echo(f"{wf_id}: {step} done")
+    _hard_exit(0)
 
 
 def _signal_command(name: str, help_text: str) -> click.Command:
@@ -218,6 +238,7 @@ def _signal_command(name: str, help_text: str) -> click.Command:
 
         _run(go())
         click.echo(f"{wf_id}: {name} sent by {who}")
+        _hard_exit(0)
 
     return command
 
@@ -250,6 +271,7 @@ def budget_command(su: str | None) -> None:
     for h in st.holders:
         forced = f" (override by {h.forced_by})" if h.forced_by else ""
         click.echo(f"  {h.port_key}  {h.holder}{forced}")
+    _hard_exit(0)
 
 
 @click.command("runbook-worker")
@@ -321,6 +343,7 @@ def runbook_worker_command(policy_path: Path | None, controller: str, records: s
                            policy_text=policy_text))
     except WiringError as exc:
         raise _fail(str(exc)) from None
+    _hard_exit(0)  # stopped cleanly (ledger closed, worker drained)
 
 
 async def _serve(settings: Settings, policy: Policy, inventory: Any, opts: Any, *,
