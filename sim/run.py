@@ -24,15 +24,26 @@ class Sink(Protocol):
 
 
 class KafkaSink:
-    """Publishes through ``collectors.publish.Publisher`` (already entered)."""
+    """Publishes through ``collectors.publish.Publisher`` (already entered).
 
-    def __init__(self, publisher: object) -> None:
+    It flushes every ``flush_every`` messages: that bounds how much is unacknowledged, and
+    keeps the publisher's list of pending deliveries short (the publisher rescans that list
+    on every send once it holds 4,096 or more, which at 18,000 messages a step cost over a
+    minute per step; flushing brings a 100k-port step to about 5 s).
+    """
+
+    def __init__(self, publisher: object, *, flush_every: int = 2000) -> None:
         self.publisher = publisher
+        self.flush_every = flush_every
 
     async def send(self, messages: Sequence[Message]) -> None:
         send_raw = self.publisher.send_raw  # type: ignore[attr-defined]
-        for m in messages:
+        flush = self.publisher.flush  # type: ignore[attr-defined]
+        for i, m in enumerate(messages, 1):
             await send_raw(m.topic, m.key, m.value)
+            if self.flush_every and i % self.flush_every == 0:
+                await flush()
+        await flush()  # a step is delivered (acks=all) before the next one is generated
 
 
 class WriterSink:
