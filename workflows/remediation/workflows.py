@@ -23,6 +23,7 @@ effect is an activity.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, Literal
@@ -274,6 +275,12 @@ class PortRemediation:
         except _Aborted as aborted:
             await self._rollback(aborted.request)
             return await self._finish("aborted")
+        except asyncio.CancelledError:
+            # A cancel from Temporal (UI, `temporal workflow cancel`) must not leave the
+            # port isolated and the budget held: roll back like an abort, then end cancelled.
+            await self._rollback(AbortRequest(actor="temporal", reason="workflow cancelled"))
+            await self._finish("aborted")
+            raise
 
     async def _finish(self, outcome: str, fixed_by: str | None = None) -> RemediationResult:
         self._state = outcome

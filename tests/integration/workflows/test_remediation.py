@@ -289,3 +289,24 @@ async def test_duplicate_detection_joins_the_running_workflow(
     assert len(ticket_server.ops(wid(inp), "open")) == 1
     joined = [a for a in sink.actions() if a.step == "detection" and "joined" in (a.note or "")]
     assert len(joined) == 1
+
+
+async def test_cancel_from_temporal_rolls_back_too(wf_env: WorkflowEnvironment, tmp_path: Path,
+                                                   ticket_server: TicketServer,
+                                                   task_queue: str) -> None:
+    from temporalio.client import WorkflowFailureError
+
+    client = wf_env.client
+    fabric = FileFabric(tmp_path)
+    inp = make_input()
+    async with running_worker(client, task_queue, fabric, ticket_server) as sink:
+        handle = await start(client, inp, task_queue)
+        await until(handle, lambda s: s.waiting_for == "clean-and-reseat")
+        await handle.cancel()
+        with pytest.raises(WorkflowFailureError):
+            await asyncio.wait_for(handle.result(), 60)
+        su = await client.get_workflow_handle(su_budget_id(inp.port.fabric, "su01")).query(
+            IsolationBudget.state)
+    assert not fabric.is_isolated("leaf-su01-r1", 7) and su.in_use == 0
+    names = [s for s, _ in steps(sink, wid(inp))]
+    assert "unisolate" in names and names[-1] == "outcome"
