@@ -11,6 +11,7 @@ import threading
 from abc import ABC, abstractmethod
 from collections import defaultdict
 from collections.abc import Sequence
+from operator import itemgetter
 from typing import Any, Protocol, runtime_checkable
 
 import orjson
@@ -47,6 +48,28 @@ def encode_rows(rows: Sequence[Row]) -> bytes:
     # One orjson call for the whole list (JSONEachRow accepts a JSON array of objects): a
     # call per row costs several times more.
     return orjson.dumps(rows)
+
+
+def sample_generations(samples: list[tuple[Any, ...]]) -> list[list[tuple[Any, ...]]]:
+    """Split flat counter rows so that each insert holds at most one sample per port.
+
+    The delta view takes each sample's delta against the port's last *stored* sample, so a
+    batch with several polls of a port goes in as several inserts, oldest first. The same
+    sample twice in a batch (same port and time) is kept once. Row layout:
+    RAW_COUNTER_COLUMNS (ts at 1, fabric 2, device 4, port 5).
+    """
+    generations: list[list[tuple[Any, ...]]] = []
+    seen: dict[tuple[Any, Any, Any], tuple[int, Any]] = {}
+    for row in sorted(samples, key=itemgetter(1)):
+        key = (row[2], row[4], row[5])
+        count, last_ts = seen.get(key, (0, None))
+        if last_ts == row[1]:
+            continue
+        seen[key] = (count + 1, row[1])
+        if count == len(generations):
+            generations.append([])
+        generations[count].append(row)
+    return generations
 
 
 class LedgerBase(ABC):
@@ -116,10 +139,10 @@ class LedgerBase(ABC):
                 if rows:
                     self.insert_encoded(table, encode_rows(rows))
                     written += len(rows)
-            if samples:
+            for generation in sample_generations(samples):
                 # One orjson call for the batch; JSONCompactEachRow takes comma-separated
                 # rows, so the array's outer brackets are dropped.
-                self.insert_encoded("counter_ingest", orjson.dumps(samples)[1:-1],
+                self.insert_encoded("counter_ingest", orjson.dumps(generation)[1:-1],
                                     "JSONCompactEachRow", RAW_COUNTER_COLUMNS)
-                written += len(samples)
+                written += len(generation)
             return written

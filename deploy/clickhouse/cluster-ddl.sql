@@ -593,66 +593,55 @@ CREATE TABLE IF NOT EXISTS counter_ingest ON CLUSTER '{cluster}' AS counter_inge
 ENGINE = Distributed('{cluster}', currentDatabase(), counter_ingest_local, cityHash64(fabric, device));
 
 CREATE MATERIALIZED VIEW IF NOT EXISTS mv_counter_deltas ON CLUSTER '{cluster}' TO counter_samples_local AS
-SELECT id, ts, fabric, source, device, port, symbol_errors, link_error_recovery, link_downed, rcv_errors, rcv_remote_phys_errors, xmit_discards, xmit_wait, local_link_integrity_errors, excessive_buffer_overrun, fec_corrected, fec_uncorrectable, pfc_pause_rx, pfc_pause_tx, ecn_marked, cnp_sent, cnp_handled, out_of_sequence, local_ack_timeout_err, rx_discards_phy,
-       raw_ber, effective_ber, module_temp_c, rx_power_dbm, width, speed, optic_serial,
-       toUInt32(if(isNull(p_ts), 0, least(dateDiff('millisecond', p_ts, ts), 4294967295)))
-           AS interval_ms,
-       toUInt32(if(symbol_errors < p_symbol_errors, 1, 0) + if(link_error_recovery < p_link_error_recovery, 2, 0) + if(link_downed < p_link_downed, 4, 0) + if(rcv_errors < p_rcv_errors, 8, 0) + if(rcv_remote_phys_errors < p_rcv_remote_phys_errors, 16, 0) + if(xmit_discards < p_xmit_discards, 32, 0) + if(xmit_wait < p_xmit_wait, 64, 0) + if(local_link_integrity_errors < p_local_link_integrity_errors, 128, 0) + if(excessive_buffer_overrun < p_excessive_buffer_overrun, 256, 0) + if(fec_corrected < p_fec_corrected, 512, 0) + if(fec_uncorrectable < p_fec_uncorrectable, 1024, 0) + if(pfc_pause_rx < p_pfc_pause_rx, 2048, 0) + if(pfc_pause_tx < p_pfc_pause_tx, 4096, 0) + if(ecn_marked < p_ecn_marked, 8192, 0) + if(cnp_sent < p_cnp_sent, 16384, 0) + if(cnp_handled < p_cnp_handled, 32768, 0) + if(out_of_sequence < p_out_of_sequence, 65536, 0) + if(local_ack_timeout_err < p_local_ack_timeout_err, 131072, 0) + if(rx_discards_phy < p_rx_discards_phy, 262144, 0)) AS reset_mask,
-       if(isNull(symbol_errors) OR isNull(p_symbol_errors), 0, if(symbol_errors >= p_symbol_errors, symbol_errors - p_symbol_errors, symbol_errors)) AS d_symbol_errors,
-       if(isNull(link_error_recovery) OR isNull(p_link_error_recovery), 0, if(link_error_recovery >= p_link_error_recovery, link_error_recovery - p_link_error_recovery, link_error_recovery)) AS d_link_error_recovery,
-       if(isNull(link_downed) OR isNull(p_link_downed), 0, if(link_downed >= p_link_downed, link_downed - p_link_downed, link_downed)) AS d_link_downed,
-       if(isNull(rcv_errors) OR isNull(p_rcv_errors), 0, if(rcv_errors >= p_rcv_errors, rcv_errors - p_rcv_errors, rcv_errors)) AS d_rcv_errors,
-       if(isNull(rcv_remote_phys_errors) OR isNull(p_rcv_remote_phys_errors), 0, if(rcv_remote_phys_errors >= p_rcv_remote_phys_errors, rcv_remote_phys_errors - p_rcv_remote_phys_errors, rcv_remote_phys_errors)) AS d_rcv_remote_phys_errors,
-       if(isNull(xmit_discards) OR isNull(p_xmit_discards), 0, if(xmit_discards >= p_xmit_discards, xmit_discards - p_xmit_discards, xmit_discards)) AS d_xmit_discards,
-       if(isNull(xmit_wait) OR isNull(p_xmit_wait), 0, if(xmit_wait >= p_xmit_wait, xmit_wait - p_xmit_wait, xmit_wait)) AS d_xmit_wait,
-       if(isNull(local_link_integrity_errors) OR isNull(p_local_link_integrity_errors), 0, if(local_link_integrity_errors >= p_local_link_integrity_errors, local_link_integrity_errors - p_local_link_integrity_errors, local_link_integrity_errors)) AS d_local_link_integrity_errors,
-       if(isNull(excessive_buffer_overrun) OR isNull(p_excessive_buffer_overrun), 0, if(excessive_buffer_overrun >= p_excessive_buffer_overrun, excessive_buffer_overrun - p_excessive_buffer_overrun, excessive_buffer_overrun)) AS d_excessive_buffer_overrun,
-       if(isNull(fec_corrected) OR isNull(p_fec_corrected), 0, if(fec_corrected >= p_fec_corrected, fec_corrected - p_fec_corrected, fec_corrected)) AS d_fec_corrected,
-       if(isNull(fec_uncorrectable) OR isNull(p_fec_uncorrectable), 0, if(fec_uncorrectable >= p_fec_uncorrectable, fec_uncorrectable - p_fec_uncorrectable, fec_uncorrectable)) AS d_fec_uncorrectable,
-       if(isNull(pfc_pause_rx) OR isNull(p_pfc_pause_rx), 0, if(pfc_pause_rx >= p_pfc_pause_rx, pfc_pause_rx - p_pfc_pause_rx, pfc_pause_rx)) AS d_pfc_pause_rx,
-       if(isNull(pfc_pause_tx) OR isNull(p_pfc_pause_tx), 0, if(pfc_pause_tx >= p_pfc_pause_tx, pfc_pause_tx - p_pfc_pause_tx, pfc_pause_tx)) AS d_pfc_pause_tx,
-       if(isNull(ecn_marked) OR isNull(p_ecn_marked), 0, if(ecn_marked >= p_ecn_marked, ecn_marked - p_ecn_marked, ecn_marked)) AS d_ecn_marked,
-       if(isNull(cnp_sent) OR isNull(p_cnp_sent), 0, if(cnp_sent >= p_cnp_sent, cnp_sent - p_cnp_sent, cnp_sent)) AS d_cnp_sent,
-       if(isNull(cnp_handled) OR isNull(p_cnp_handled), 0, if(cnp_handled >= p_cnp_handled, cnp_handled - p_cnp_handled, cnp_handled)) AS d_cnp_handled,
-       if(isNull(out_of_sequence) OR isNull(p_out_of_sequence), 0, if(out_of_sequence >= p_out_of_sequence, out_of_sequence - p_out_of_sequence, out_of_sequence)) AS d_out_of_sequence,
-       if(isNull(local_ack_timeout_err) OR isNull(p_local_ack_timeout_err), 0, if(local_ack_timeout_err >= p_local_ack_timeout_err, local_ack_timeout_err - p_local_ack_timeout_err, local_ack_timeout_err)) AS d_local_ack_timeout_err,
-       if(isNull(rx_discards_phy) OR isNull(p_rx_discards_phy), 0, if(rx_discards_phy >= p_rx_discards_phy, rx_discards_phy - p_rx_discards_phy, rx_discards_phy)) AS d_rx_discards_phy
-FROM
+SELECT b.id AS id, b.ts AS ts, b.fabric AS fabric, b.source AS source, b.device AS device,
+       b.port AS port, b.symbol_errors AS symbol_errors, b.link_error_recovery AS link_error_recovery, b.link_downed AS link_downed, b.rcv_errors AS rcv_errors, b.rcv_remote_phys_errors AS rcv_remote_phys_errors, b.xmit_discards AS xmit_discards, b.xmit_wait AS xmit_wait, b.local_link_integrity_errors AS local_link_integrity_errors, b.excessive_buffer_overrun AS excessive_buffer_overrun, b.fec_corrected AS fec_corrected, b.fec_uncorrectable AS fec_uncorrectable, b.pfc_pause_rx AS pfc_pause_rx, b.pfc_pause_tx AS pfc_pause_tx, b.ecn_marked AS ecn_marked, b.cnp_sent AS cnp_sent, b.cnp_handled AS cnp_handled, b.out_of_sequence AS out_of_sequence, b.local_ack_timeout_err AS local_ack_timeout_err, b.rx_discards_phy AS rx_discards_phy,
+       b.raw_ber AS raw_ber, b.effective_ber AS effective_ber,
+       b.module_temp_c AS module_temp_c, b.rx_power_dbm AS rx_power_dbm, b.width AS width,
+       b.speed AS speed, b.optic_serial AS optic_serial,
+       toUInt32(if(l.ts = toDateTime64(0, 3, 'UTC'), 0,
+                   least(dateDiff('millisecond', l.ts, b.ts), 4294967295))) AS interval_ms,
+       toUInt32(ifNull(if(b.symbol_errors < l.symbol_errors, 1, 0)
+               + if(b.link_error_recovery < l.link_error_recovery, 2, 0)
+               + if(b.link_downed < l.link_downed, 4, 0)
+               + if(b.rcv_errors < l.rcv_errors, 8, 0)
+               + if(b.rcv_remote_phys_errors < l.rcv_remote_phys_errors, 16, 0)
+               + if(b.xmit_discards < l.xmit_discards, 32, 0)
+               + if(b.xmit_wait < l.xmit_wait, 64, 0)
+               + if(b.local_link_integrity_errors < l.local_link_integrity_errors, 128, 0)
+               + if(b.excessive_buffer_overrun < l.excessive_buffer_overrun, 256, 0)
+               + if(b.fec_corrected < l.fec_corrected, 512, 0)
+               + if(b.fec_uncorrectable < l.fec_uncorrectable, 1024, 0)
+               + if(b.pfc_pause_rx < l.pfc_pause_rx, 2048, 0)
+               + if(b.pfc_pause_tx < l.pfc_pause_tx, 4096, 0)
+               + if(b.ecn_marked < l.ecn_marked, 8192, 0)
+               + if(b.cnp_sent < l.cnp_sent, 16384, 0)
+               + if(b.cnp_handled < l.cnp_handled, 32768, 0)
+               + if(b.out_of_sequence < l.out_of_sequence, 65536, 0)
+               + if(b.local_ack_timeout_err < l.local_ack_timeout_err, 131072, 0)
+               + if(b.rx_discards_phy < l.rx_discards_phy, 262144, 0), 0)) AS reset_mask,
+       if(isNull(b.symbol_errors) OR isNull(l.symbol_errors), 0, if(b.symbol_errors >= l.symbol_errors, b.symbol_errors - l.symbol_errors, b.symbol_errors)) AS d_symbol_errors,
+       if(isNull(b.link_error_recovery) OR isNull(l.link_error_recovery), 0, if(b.link_error_recovery >= l.link_error_recovery, b.link_error_recovery - l.link_error_recovery, b.link_error_recovery)) AS d_link_error_recovery,
+       if(isNull(b.link_downed) OR isNull(l.link_downed), 0, if(b.link_downed >= l.link_downed, b.link_downed - l.link_downed, b.link_downed)) AS d_link_downed,
+       if(isNull(b.rcv_errors) OR isNull(l.rcv_errors), 0, if(b.rcv_errors >= l.rcv_errors, b.rcv_errors - l.rcv_errors, b.rcv_errors)) AS d_rcv_errors,
+       if(isNull(b.rcv_remote_phys_errors) OR isNull(l.rcv_remote_phys_errors), 0, if(b.rcv_remote_phys_errors >= l.rcv_remote_phys_errors, b.rcv_remote_phys_errors - l.rcv_remote_phys_errors, b.rcv_remote_phys_errors)) AS d_rcv_remote_phys_errors,
+       if(isNull(b.xmit_discards) OR isNull(l.xmit_discards), 0, if(b.xmit_discards >= l.xmit_discards, b.xmit_discards - l.xmit_discards, b.xmit_discards)) AS d_xmit_discards,
+       if(isNull(b.xmit_wait) OR isNull(l.xmit_wait), 0, if(b.xmit_wait >= l.xmit_wait, b.xmit_wait - l.xmit_wait, b.xmit_wait)) AS d_xmit_wait,
+       if(isNull(b.local_link_integrity_errors) OR isNull(l.local_link_integrity_errors), 0, if(b.local_link_integrity_errors >= l.local_link_integrity_errors, b.local_link_integrity_errors - l.local_link_integrity_errors, b.local_link_integrity_errors)) AS d_local_link_integrity_errors,
+       if(isNull(b.excessive_buffer_overrun) OR isNull(l.excessive_buffer_overrun), 0, if(b.excessive_buffer_overrun >= l.excessive_buffer_overrun, b.excessive_buffer_overrun - l.excessive_buffer_overrun, b.excessive_buffer_overrun)) AS d_excessive_buffer_overrun,
+       if(isNull(b.fec_corrected) OR isNull(l.fec_corrected), 0, if(b.fec_corrected >= l.fec_corrected, b.fec_corrected - l.fec_corrected, b.fec_corrected)) AS d_fec_corrected,
+       if(isNull(b.fec_uncorrectable) OR isNull(l.fec_uncorrectable), 0, if(b.fec_uncorrectable >= l.fec_uncorrectable, b.fec_uncorrectable - l.fec_uncorrectable, b.fec_uncorrectable)) AS d_fec_uncorrectable,
+       if(isNull(b.pfc_pause_rx) OR isNull(l.pfc_pause_rx), 0, if(b.pfc_pause_rx >= l.pfc_pause_rx, b.pfc_pause_rx - l.pfc_pause_rx, b.pfc_pause_rx)) AS d_pfc_pause_rx,
+       if(isNull(b.pfc_pause_tx) OR isNull(l.pfc_pause_tx), 0, if(b.pfc_pause_tx >= l.pfc_pause_tx, b.pfc_pause_tx - l.pfc_pause_tx, b.pfc_pause_tx)) AS d_pfc_pause_tx,
+       if(isNull(b.ecn_marked) OR isNull(l.ecn_marked), 0, if(b.ecn_marked >= l.ecn_marked, b.ecn_marked - l.ecn_marked, b.ecn_marked)) AS d_ecn_marked,
+       if(isNull(b.cnp_sent) OR isNull(l.cnp_sent), 0, if(b.cnp_sent >= l.cnp_sent, b.cnp_sent - l.cnp_sent, b.cnp_sent)) AS d_cnp_sent,
+       if(isNull(b.cnp_handled) OR isNull(l.cnp_handled), 0, if(b.cnp_handled >= l.cnp_handled, b.cnp_handled - l.cnp_handled, b.cnp_handled)) AS d_cnp_handled,
+       if(isNull(b.out_of_sequence) OR isNull(l.out_of_sequence), 0, if(b.out_of_sequence >= l.out_of_sequence, b.out_of_sequence - l.out_of_sequence, b.out_of_sequence)) AS d_out_of_sequence,
+       if(isNull(b.local_ack_timeout_err) OR isNull(l.local_ack_timeout_err), 0, if(b.local_ack_timeout_err >= l.local_ack_timeout_err, b.local_ack_timeout_err - l.local_ack_timeout_err, b.local_ack_timeout_err)) AS d_local_ack_timeout_err,
+       if(isNull(b.rx_discards_phy) OR isNull(l.rx_discards_phy), 0, if(b.rx_discards_phy >= l.rx_discards_phy, b.rx_discards_phy - l.rx_discards_phy, b.rx_discards_phy)) AS d_rx_discards_phy
+FROM counter_ingest_local AS b
+LEFT JOIN
 (
-    SELECT b.*,
-           row_number() OVER w = 1 AS first,
-           if(first, if(l.ts > toDateTime64(0, 3, 'UTC'), toNullable(l.ts), NULL),
-              toNullable(lagInFrame(b.ts) OVER w)) AS p_ts,
-           if(first, l.symbol_errors, lagInFrame(b.symbol_errors) OVER w) AS p_symbol_errors,
-           if(first, l.link_error_recovery, lagInFrame(b.link_error_recovery) OVER w) AS p_link_error_recovery,
-           if(first, l.link_downed, lagInFrame(b.link_downed) OVER w) AS p_link_downed,
-           if(first, l.rcv_errors, lagInFrame(b.rcv_errors) OVER w) AS p_rcv_errors,
-           if(first, l.rcv_remote_phys_errors, lagInFrame(b.rcv_remote_phys_errors) OVER w) AS p_rcv_remote_phys_errors,
-           if(first, l.xmit_discards, lagInFrame(b.xmit_discards) OVER w) AS p_xmit_discards,
-           if(first, l.xmit_wait, lagInFrame(b.xmit_wait) OVER w) AS p_xmit_wait,
-           if(first, l.local_link_integrity_errors, lagInFrame(b.local_link_integrity_errors) OVER w) AS p_local_link_integrity_errors,
-           if(first, l.excessive_buffer_overrun, lagInFrame(b.excessive_buffer_overrun) OVER w) AS p_excessive_buffer_overrun,
-           if(first, l.fec_corrected, lagInFrame(b.fec_corrected) OVER w) AS p_fec_corrected,
-           if(first, l.fec_uncorrectable, lagInFrame(b.fec_uncorrectable) OVER w) AS p_fec_uncorrectable,
-           if(first, l.pfc_pause_rx, lagInFrame(b.pfc_pause_rx) OVER w) AS p_pfc_pause_rx,
-           if(first, l.pfc_pause_tx, lagInFrame(b.pfc_pause_tx) OVER w) AS p_pfc_pause_tx,
-           if(first, l.ecn_marked, lagInFrame(b.ecn_marked) OVER w) AS p_ecn_marked,
-           if(first, l.cnp_sent, lagInFrame(b.cnp_sent) OVER w) AS p_cnp_sent,
-           if(first, l.cnp_handled, lagInFrame(b.cnp_handled) OVER w) AS p_cnp_handled,
-           if(first, l.out_of_sequence, lagInFrame(b.out_of_sequence) OVER w) AS p_out_of_sequence,
-           if(first, l.local_ack_timeout_err, lagInFrame(b.local_ack_timeout_err) OVER w) AS p_local_ack_timeout_err,
-           if(first, l.rx_discards_phy, lagInFrame(b.rx_discards_phy) OVER w) AS p_rx_discards_phy
-    FROM
-    (
-        SELECT * FROM counter_ingest_local
-        LIMIT 1 BY fabric, device, port, ts
-    ) AS b
-    LEFT JOIN
-    (
-        SELECT fabric, device, port, ts, symbol_errors, link_error_recovery, link_downed, rcv_errors, rcv_remote_phys_errors, xmit_discards, xmit_wait, local_link_integrity_errors, excessive_buffer_overrun, fec_corrected, fec_uncorrectable, pfc_pause_rx, pfc_pause_tx, ecn_marked, cnp_sent, cnp_handled, out_of_sequence, local_ack_timeout_err, rx_discards_phy
-        FROM counter_last_local FINAL
-    ) AS l ON b.fabric = l.fabric AND b.device = l.device AND b.port = l.port
-    WHERE b.ts > l.ts
-    WINDOW w AS (PARTITION BY b.fabric, b.device, b.port ORDER BY b.ts
-                 ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
-);
+    SELECT fabric, device, port, ts, symbol_errors, link_error_recovery, link_downed, rcv_errors, rcv_remote_phys_errors, xmit_discards, xmit_wait, local_link_integrity_errors, excessive_buffer_overrun, fec_corrected, fec_uncorrectable, pfc_pause_rx, pfc_pause_tx, ecn_marked, cnp_sent, cnp_handled, out_of_sequence, local_ack_timeout_err, rx_discards_phy
+    FROM counter_last_local FINAL
+) AS l ON b.fabric = l.fabric AND b.device = l.device AND b.port = l.port
+WHERE b.ts > l.ts;

@@ -14,14 +14,15 @@ import re
 from collections import defaultdict
 from typing import Any
 
+import orjson
 import pytest
 
-from ledger.base import encode_rows
+from ledger.base import encode_rows, sample_generations
 from ledger.cluster import generate
 from ledger.embedded import EmbeddedLedger
 from ledger.migrations import split_statements, strip_comments
 from ledger.queries import cookbook, params_for
-from ledger.rows import Row, to_rows
+from ledger.rows import RAW_COUNTER_COLUMNS, Row, to_rows
 from ledger.synth import history
 
 from .conftest import history_start
@@ -58,8 +59,13 @@ def test_cluster_ddl_gives_the_same_answers(fresh_ledger: EmbeddedLedger) -> Non
     for event in events:
         for table, row in to_rows(event):
             by_table[table].append(row)
+    counter_rows = by_table.pop("counter_ingest")
     for table, rows in by_table.items():
         fresh_ledger.insert_encoded(f"{table}_local", encode_rows(rows))
+    flat = [tuple(r[c] for c in RAW_COUNTER_COLUMNS) for r in counter_rows]
+    for generation in sample_generations(flat):  # one sample per port per insert
+        fresh_ledger.insert_encoded("counter_ingest_local", orjson.dumps(generation)[1:-1],
+                                    "JSONCompactEachRow", RAW_COUNTER_COLUMNS)
     clustered = answers(fresh_ledger)
     assert clustered["top_flapping_ports"] and clustered["open_miswires"]
     fresh_ledger.execute("DROP DATABASE IF EXISTS single")

@@ -126,3 +126,16 @@ def test_dead_letter_ids_are_stable() -> None:
 def test_encode_rows_is_a_json_array() -> None:
     rows = [{"a": 1, "b": None}, {"a": 2, "b": "x"}]
     assert orjson.loads(encode_rows(rows)) == rows
+
+
+def test_sample_generations_one_sample_per_port_per_insert() -> None:
+    from ledger.base import sample_generations
+
+    def row(device: str, port: int, ts: float) -> tuple[object, ...]:
+        return ("id", ts, "f", "src", device, port)
+
+    rows = [row("a", 1, 3.0), row("a", 1, 1.0), row("b", 1, 1.0), row("a", 1, 2.0),
+            row("a", 1, 1.0), row("a", 2, 1.0)]
+    gens = sample_generations(rows)
+    assert [[(r[4], r[5], r[1]) for r in g] for g in gens] == [
+        [("a", 1, 1.0), ("b", 1, 1.0), ("a", 2, 1.0)], [("a", 1, 2.0)], [("a", 1, 3.0)]]
