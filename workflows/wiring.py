@@ -19,7 +19,7 @@ from fabricwatch.settings import Settings
 from workflows.adapters.base import Checker, Controller, EvidenceSource, NodeFencer, RecordSink
 from workflows.remediation.activities import FabricActivities
 
-ControllerKind = Literal["sim", "ufm", "sonic"]
+ControllerKind = Literal["sim", "ufm", "sonic", "opensm"]
 RecordsKind = Literal["ledger", "kafka"]
 
 
@@ -78,7 +78,11 @@ async def build_activities(settings: Settings, opts: WiringOptions, stack: Async
         evidence = FabricToolsEvidence(ca=opts.ca)
         checker = CommandChecker(opts.check_commands)
         sec = settings.secrets
-        if opts.controller == "ufm":
+        if opts.controller == "opensm":
+            from workflows.adapters.opensm import IbPortStateController
+
+            controller = IbPortStateController()
+        elif opts.controller == "ufm":
             from workflows.adapters.ufm import UfmController
 
             if not opts.ufm_url or not sec.ufm_username:

@@ -277,8 +277,9 @@ def budget_command(su: str | None) -> None:
 @click.command("runbook-worker")
 @click.option("--policy", "policy_path", type=click.Path(path_type=Path, dir_okay=False),
               default=None, help="Policy YAML (default: settings.policy_path, else built-in).")
-@click.option("--controller", type=click.Choice(["sim", "ufm", "sonic"]), default="sim",
-              show_default=True)
+@click.option("--controller", type=click.Choice(["sim", "ufm", "sonic", "opensm"]),
+              default="sim", show_default=True,
+              help="sim: the simulator; ufm: UFM REST; sonic: RESTCONF; opensm: ibportstate.")
 @click.option("--records", type=click.Choice(["ledger", "kafka"]), default="ledger",
               show_default=True,
               help="Write records to the ledger directly, or to fabric.actions for the "
