@@ -31,6 +31,7 @@ from typing import Any
 import orjson
 
 STATE_FILE = "sim-controller.json"
+HEALTH_FILE = "sim-health.json"  # written by the running simulator, read by is_healthy
 LOCK_FILE = "sim-controller.lock"
 STATE_VERSION = 1
 # Rough field experience: a reseat fixes about half of bad links, a new optic or cable
@@ -89,6 +90,7 @@ class SimController:
         self.seed = seed
         self._clock = clock
         self._cache: tuple[int, int, dict[str, Any]] | None = None  # (mtime_ns, size, state)
+        self._health_written: bytes | None = None
 
     # -- commands --------------------------------------------------------------------------
 
@@ -158,6 +160,29 @@ class SimController:
             serial=int(state["serial"]),
         )
 
+    def is_healthy(self, device: str, port: int) -> bool | None:
+        """Whether the running simulator finds no fault on the port (None: no simulator has
+        reported yet). This is what a return-to-service check measures on the sim."""
+        key = _key(device, port)
+        try:
+            raw = (self.state_dir / HEALTH_FILE).read_bytes()
+            health = orjson.loads(raw)
+        except (FileNotFoundError, orjson.JSONDecodeError):
+            return None
+        faulty = health.get("faulty") if isinstance(health, dict) else None
+        if not isinstance(faulty, list):
+            return None
+        return key not in faulty
+
+    def write_health(self, fabric: str, ts: int, faulty: list[str]) -> None:
+        """The simulator's report of the ports that have a fault now (atomic, only on change)."""
+        data = orjson.dumps({"fabric": fabric, "faulty": faulty})
+        if data == self._health_written:
+            return
+        self._atomic_write(self.state_dir / HEALTH_FILE,
+                           orjson.dumps({"fabric": fabric, "ts": ts, "faulty": faulty}))
+        self._health_written = data
+
     def isolated_ports(self) -> list[str]:
         return sorted(self._read()["isolated"])
 
@@ -216,15 +241,18 @@ class SimController:
 
     def _write(self, state: dict[str, Any]) -> None:
         data = orjson.dumps(state, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2)
+        self._atomic_write(self.path, data)
+        self._cache = None
+
+    def _atomic_write(self, path: Path, data: bytes) -> None:
         fd, tmp = tempfile.mkstemp(prefix=".sim-controller.", dir=self.state_dir)
         try:
             with os.fdopen(fd, "wb") as handle:
                 handle.write(data)
                 handle.flush()
                 os.fsync(handle.fileno())
-            os.replace(tmp, self.path)
+            os.replace(tmp, path)
         except BaseException:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
             raise
-        self._cache = None

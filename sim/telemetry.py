@@ -268,6 +268,26 @@ class Simulator:
             out.messages.append(self.topology_message(t1))
             out.topology = True
         self.now_ms = t1
+        if self.controller is not None:
+            self.controller.write_health(self.name, t1, sorted(self.faulty_ports()))
+        return out
+
+    def faulty_ports(self) -> set[str]:
+        """Port keys (both cable ends) with a fault present now: started, not repaired, and
+        not over (a finite outage that ended, a reboot that finished). What a return-to-
+        service check would find wrong; isolation does not make a bad cable good."""
+        rel = self.now_ms - self.start_ms
+        out: set[str] = set()
+        for fi, fault in enumerate(self.faults):
+            if fi in self.fixed or not fault.started(rel):
+                continue
+            occ = fault.occurrences()
+            over = all(end is not None and end <= rel for _, end in occ)
+            if over and fault.kind != "flap":
+                continue  # a flapping cable stays suspect after its last bounce
+            for li in self._fault_links[fi]:
+                for device, port in self.links[li].ends():
+                    out.add(f"{device}:{port}")
         return out
 
     def run_steps(self, n: int) -> list[StepOutput]:
@@ -739,6 +759,14 @@ class Simulator:
         h = zlib.crc32(f"{a.device}>{b.device}".encode())
         mid = self._route(leaf_a, leaf_b, a.su, b.su, h)
         return None if mid is None else [la, *mid, lb]
+
+    def path_ports(self, src: str, dst: str, rail: int) -> list[str]:
+        """Port keys along the ECMP path of a probe (both ends of every link), for
+        localising slow probes to the link they share; [] when no path is up."""
+        path = self.path(src, dst, rail)
+        if path is None:
+            return []
+        return [f"{d}:{p}" for li in path for d, p in self.links[li].ends()]
 
     def _route(self, leaf_a: str, leaf_b: str, su_a: int, su_b: int,
                h: int) -> list[int] | None:

@@ -348,3 +348,37 @@ def test_restart_keeps_isolation(tmp_path: Path) -> None:
     assert samples(out, "leaf-su01-r0", 1)[-1][1].width is None
     topo = [e for e in events(out) if isinstance(e, Topology)][0]
     assert ("leaf-su01-r0", 1) not in {(x.a_device, x.a_port) for x in topo.links}
+
+
+def test_health_file_reports_faults_until_repaired(tmp_path: Path) -> None:
+    ctl = SimController(tmp_path, fix_chance={"swap-optic": 1.0})
+    assert ctl.is_healthy("node0002/mlx5_1", 1) is None  # no simulator has reported
+    s = sim(LAB, ["ber:node0002/mlx5_1:1", "link_down:leaf-su01-r0:1,at=0s,for=15s",
+                  "flap:leaf-su01-r2:3,at=30s"], controller=ctl)
+    s.run_steps(1)
+    assert ctl.is_healthy("node0002/mlx5_1", 1) is False
+    assert ctl.is_healthy("leaf-su01-r1", 2) is False  # the other end of the same cable
+    assert ctl.is_healthy("leaf-su01-r0", 1) is False  # down until 15 s
+    assert ctl.is_healthy("leaf-su01-r2", 3) is True  # its flap has not started
+    assert ctl.is_healthy("node0001/mlx5_0", 1) is False  # the HCA end of that link
+    s.run_steps(3)
+    assert ctl.is_healthy("leaf-su01-r0", 1) is True  # the outage is over
+    assert ctl.is_healthy("leaf-su01-r2", 3) is False  # a cable that flapped stays suspect
+    ctl.isolate("node0002/mlx5_1", 1)
+    s.run_steps(1)
+    assert ctl.is_healthy("node0002/mlx5_1", 1) is False  # isolation does not fix a cable
+    assert ctl.repair_step("node0002/mlx5_1", 1, "swap-optic") is True
+    s.run_steps(1)
+    assert ctl.is_healthy("node0002/mlx5_1", 1) is True
+
+
+def test_path_ports_name_the_links_a_probe_crosses() -> None:
+    s = sim(MULTI, topology_every=0)
+    s.run_steps(1)
+    same = s.path_ports("node0001", "node0002", 1)
+    assert same == ["node0001/mlx5_1:1", "leaf-su01-r1:1", "node0002/mlx5_1:1",
+                    "leaf-su01-r1:2"]
+    cross = s.path_ports("node0001", "node0005", 0)
+    assert len(cross) == 12 and cross[0] == "node0001/mlx5_0:1"
+    assert any(k.startswith("core-") for k in cross)
+    assert cross[-1] == "leaf-su02-r0:1"
