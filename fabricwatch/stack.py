@@ -237,7 +237,7 @@ def ensure_kafka_jars(kafka_home: Path = KAFKA_HOME, log: Path | None = None) ->
             )
         for old in libs.glob("*.jar"):  # a version change must not leave two versions on the path
             old.unlink()
-        log = log or kafka_home / "maven.log"
+        log = log or libs / "maven.log"  # inside libs/: ignored by git, kept across fetches
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "ab") as out:
             rc = subprocess.run(  # noqa: S603 - fixed argv; mvn resolved through PATH above
