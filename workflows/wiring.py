@@ -41,6 +41,8 @@ class WiringOptions:
     verify_tls: bool = True
     ca: str | None = None  # the local HCA for perfquery (-C)
     check_commands: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    # judge the clean-counter wait from the ledger's counter deltas (else the controller's view)
+    counters_from_ledger: bool = False
 
 
 def _secret(value: SecretStr | None, path: Path | None, what: str) -> SecretStr:
@@ -57,7 +59,7 @@ def _secret(value: SecretStr | None, path: Path | None, what: str) -> SecretStr:
 async def build_activities(settings: Settings, opts: WiringOptions, stack: AsyncExitStack
                            ) -> FabricActivities:
     """The activities with their adapters; resources are closed when ``stack`` closes."""
-    records = await _records(settings, opts, stack)
+    records, ledger = await _records(settings, opts, stack)
     controller: Controller
     evidence: EvidenceSource
     checker: Checker
@@ -105,6 +107,17 @@ async def build_activities(settings: Settings, opts: WiringOptions, stack: Async
                                     verify_tls=opts.verify_tls)
             stack.push_async_callback(sonic.aclose)
             controller = sonic
+    if opts.counters_from_ledger:
+        from workflows.adapters.ledger_checks import LedgerCountersChecker
+
+        if ledger is None:
+            from ledger.server import ServerLedger
+
+            url = settings.clickhouse_url or (
+                f"http://{settings.ledger.http_host}:{settings.ledger.http_port}")
+            ledger = ServerLedger(url)
+            stack.callback(ledger.close)
+        checker = LedgerCountersChecker(ledger, checker)
     fencer: NodeFencer
     if opts.k8s:
         from workflows.adapters.k8s import K8sNodeFencer
@@ -128,17 +141,19 @@ async def build_activities(settings: Settings, opts: WiringOptions, stack: Async
                             checker=checker, fencer=fencer, ticketing=ticketing)
 
 
-async def _records(settings: Settings, opts: WiringOptions, stack: AsyncExitStack) -> RecordSink:
+async def _records(settings: Settings, opts: WiringOptions, stack: AsyncExitStack
+                   ) -> tuple[RecordSink, Any]:
+    """The record sink, and the ledger when this process opened one."""
     if opts.records == "kafka":
         from collectors.publish import Publisher
         from workflows.adapters.records import KafkaSink
 
         publisher = Publisher(settings.kafka.bootstrap_servers, client_id="fabricwatch-runbooks")
         await stack.enter_async_context(publisher)
-        return KafkaSink(publisher)
+        return KafkaSink(publisher), None
     from ledger import open_ledger
     from workflows.adapters.records import LedgerSink
 
     ledger = open_ledger(settings)
     stack.callback(ledger.close)
-    return LedgerSink(ledger)
+    return LedgerSink(ledger), ledger

@@ -295,6 +295,10 @@ def budget_command(su: str | None) -> None:
 @click.option("--topology", "topology_path", type=click.Path(path_type=Path, dir_okay=False),
               default=None, help="ibnetdiscover output or a topology JSON event to start the "
                                  "inventory with (fabric.topology updates it).")
+@click.option("--counters-check", type=click.Choice(["controller", "ledger"]),
+              default="controller", show_default=True,
+              help="Judge the clean-counter wait by the controller's view (the simulator) or "
+                   "by the ledger's counter deltas since the wait began.")
 @click.option("--dispatch/--no-dispatch", default=True, show_default=True,
               help="Also consume fabric.detections and start runbooks.")
 @click.option("--audit-plan", type=click.Path(path_type=Path, dir_okay=False), default=None,
@@ -306,8 +310,9 @@ def budget_command(su: str | None) -> None:
 def runbook_worker_command(policy_path: Path | None, controller: str, records: str,
                            sim_state: Path | None, ufm_url: str | None, sonic_url: str | None,
                            ticket_webhook: str | None, k8s: bool, kubeconfig: str | None,
-                           topology_path: Path | None, dispatch: bool, audit_plan: Path | None,
-                           audit_discovered: Path | None, loglevel: str) -> None:
+                           topology_path: Path | None, counters_check: str, dispatch: bool,
+                           audit_plan: Path | None, audit_discovered: Path | None,
+                           loglevel: str) -> None:
     """Run the Temporal worker of the runbooks (and the dispatcher) until stopped."""
     settings = load_settings()
     path = policy_path or settings.policy_path
@@ -331,7 +336,8 @@ def runbook_worker_command(policy_path: Path | None, controller: str, records: s
         inventory.load(topo)
     opts = WiringOptions(controller=controller, records=records,  # type: ignore[arg-type]
                          sim_state_dir=sim_state, ufm_url=ufm_url, sonic_url=sonic_url,
-                         ticket_webhook=ticket_webhook, k8s=k8s, kubeconfig=kubeconfig)
+                         ticket_webhook=ticket_webhook, k8s=k8s, kubeconfig=kubeconfig,
+                         counters_from_ledger=counters_check == "ledger")
     logging.basicConfig(level=loglevel.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     policy_text = path.read_text(encoding="utf-8") if path is not None else None
