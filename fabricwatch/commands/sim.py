@@ -9,6 +9,7 @@ way the runbook's adapter does, so a running ``sim run`` changes what it emits.
 from __future__ import annotations
 
 import asyncio
+import signal
 import sys
 import time
 from datetime import datetime
@@ -112,7 +113,7 @@ def run_cmd(preset: str, interval: str, files: tuple[Path, ...], specs: tuple[st
             fabric: str | None, start: str | None, probe_every: int, topology_every: int,
             state_dir: Path | None, bootstrap: str | None, to_stdout: bool) -> None:
     """Run the simulated fabric and publish its telemetry."""
-    from sim.run import WriterSink, run, run_to_kafka
+    from sim.run import RunStats, WriterSink, run, run_to_kafka
     from sim.telemetry import Simulator
 
     settings = load_settings()
@@ -148,15 +149,23 @@ def run_cmd(preset: str, interval: str, files: tuple[Path, ...], specs: tuple[st
                               probe_every=probe_every, topology_every=topology_every)
     except (FaultError, TopologyError, ControllerError) as exc:
         raise click.UsageError(str(exc)) from None
-    kwargs = {"duration_s": duration_s, "speedup": speedup}
-    if to_stdout:
-        stats = asyncio.run(run(simulator, WriterSink(sys.stdout.buffer),
-                                **kwargs))  # type: ignore[arg-type]
-    else:
-        target = bootstrap or settings.kafka.bootstrap_servers
+    target = bootstrap or settings.kafka.bootstrap_servers
+
+    async def main() -> RunStats:
+        # SIGINT/SIGTERM end the run after the current step, flushed, with the stats printed.
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
+        if to_stdout:
+            return await run(simulator, WriterSink(sys.stdout.buffer), duration_s=duration_s,
+                             speedup=speedup, stop=stop)
         click.echo(f"sim: {params.name} ({fab.port_count()} ports, {len(faults)} faults) "
                    f"-> {target} every {interval_s:g}s", err=True)
-        stats = asyncio.run(run_to_kafka(simulator, target, **kwargs))
+        return await run_to_kafka(simulator, target, duration_s=duration_s, speedup=speedup,
+                                  stop=stop)
+
+    stats = asyncio.run(main())
     click.echo(orjson.dumps(stats.as_dict()).decode(), err=True)
 
 

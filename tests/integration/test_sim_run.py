@@ -100,3 +100,23 @@ def test_sim_cli_bad_input_exits_2(tmp_path: Path) -> None:
                                 capture_output=True, text=True, timeout=60, check=False)
         assert result.returncode == 2, (args, result.stderr)
         assert "Error" in result.stderr
+
+
+def test_sim_run_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
+    import json
+    import signal
+
+    out_path = tmp_path / "out.jsonl"
+    with open(out_path, "wb") as out:  # a file, not a pipe nobody reads until the end
+        proc = subprocess.Popen([str(FABRICWATCH), "sim", "run", "--preset", "lab", "--print",
+                                 "--interval", "1s", "--state-dir", str(tmp_path)],
+                                stdout=out, stderr=subprocess.PIPE)
+        time.sleep(4)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    stats = json.loads(err.decode().strip().splitlines()[-1])
+    assert stats["steps"] >= 2 and stats["behind_steps"] == 0
+    lines = out_path.read_bytes().decode().splitlines()
+    assert len(lines) == stats["messages"]
+    assert all(decode(line.encode()).fabric == "lab" for line in lines)
