@@ -261,7 +261,7 @@ class PortRemediation:
             await self._capture_evidence()
             self._check_abort()
             if not await self._acquire_budget():
-                return await self._finish("expired")
+                return await self._finish("shadow_done" if self._dry else "expired")
             self._check_abort()
             await self._isolate()
             self._check_abort()
