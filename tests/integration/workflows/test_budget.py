@@ -175,3 +175,31 @@ async def test_fabric_cap_refuses_across_sus(wf_env: WorkflowEnvironment, tmp_pa
             await asyncio.wait_for(h.result(), 60)
     assert states == ["awaiting_technician", "awaiting_technician", "awaiting_approval"]
     assert su2.in_use == 0  # the SU grant was given back when the fabric cap refused
+
+
+async def test_breaker_unanswered_expires_and_shadow_only_records(
+        wf_env: WorkflowEnvironment, tmp_path: Path, ticket_server: TicketServer,
+        task_queue: str) -> None:
+    client = wf_env.client
+    fabric = FileFabric(tmp_path)
+    fab = f"f{uuid.uuid4().hex[:8]}"
+    holder = make_input("leaf-su04-r1", 1, su="su04", su_limit=1, fabric=fab)
+    late = make_input("leaf-su04-r2", 2, su="su04", su_limit=1, fabric=fab)
+    late = late.model_copy(update={"config": late.config.model_copy(
+        update={"approval_timeout_s": 1.0})})
+    shadow = make_input("leaf-su04-r3", 3, su="su04", su_limit=1, fabric=fab, shadow=True)
+    async with running_worker(client, task_queue, fabric, ticket_server) as sink:
+        hh = await start(client, holder, task_queue)
+        await until(hh, lambda s: s.waiting_for == "clean-and-reseat")
+        expired = await asyncio.wait_for((await start(client, late, task_queue)).result(), 60)
+        shadowed = await asyncio.wait_for((await start(client, shadow, task_queue)).result(), 60)
+        await hh.signal(PortRemediation.abort, AbortRequest(actor="t"))
+        await asyncio.wait_for(hh.result(), 60)
+    assert expired.outcome == "expired"
+    assert not fabric.calls("isolate", "leaf-su04-r2:2")
+    assert shadowed.outcome == "shadow_done"
+    breakers = {r.device: r for r in sink.records.values()
+                if isinstance(r, Detection) and r.detection == "breaker_open"}
+    assert breakers["leaf-su04-r3"].evidence["dry_run"] is True
+    assert [r["op"] for r in ticket_server.ops(wid(shadow))] == []  # no page in shadow mode
+    assert [r["op"] for r in ticket_server.ops(wid(late))] == ["page"]
