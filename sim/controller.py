@@ -57,6 +57,7 @@ class ControllerView:
     resets: Mapping[str, int]  # port key -> reset sequence number (grows by 1 per reset)
     repaired: Mapping[str, int]  # port key -> wall ms of the last successful repair
     serial: int  # grows by one with every change
+    faults: tuple[tuple[int, str], ...] = ()  # (seq, spec) queued with inject()
 
 
 def _key(device: str, port: int) -> str:
@@ -69,7 +70,7 @@ def _key(device: str, port: int) -> str:
 
 def _empty() -> dict[str, Any]:
     return {"version": STATE_VERSION, "serial": 0, "isolated": {}, "epochs": {},
-            "resets": {}, "repairs": {}, "repaired": {}}
+            "resets": {}, "repairs": {}, "repaired": {}, "faults": []}
 
 
 class SimController:
@@ -142,6 +143,21 @@ class SimController:
                 state["repaired"][key] = now
             return fixed
 
+    def inject(self, spec: str) -> int:
+        """Queue a fault spec for the running simulator (its ``at`` counts from when the
+        simulator picks it up, at its next step); returns the fault's sequence number."""
+        if not isinstance(spec, str) or not spec.strip() or len(spec) > 1024:
+            raise ControllerError("a fault spec is a non-empty string of at most 1024 chars")
+        with self._update() as state:
+            faults: list[dict[str, Any]] = state.setdefault("faults", [])
+            seq = len(faults) + 1
+            faults.append({"seq": seq, "spec": spec.strip(), "ts_ms": self._now_ms()})
+            return seq
+
+    def injected(self) -> list[tuple[int, str]]:
+        """(sequence number, spec) of every fault queued with ``inject``."""
+        return [(int(f["seq"]), str(f["spec"])) for f in self._read().get("faults", [])]
+
     def is_isolated(self, device: str, port: int) -> bool:
         return _key(device, port) in self._read()["isolated"]
 
@@ -158,6 +174,7 @@ class SimController:
             resets={k: int(v) for k, v in state["resets"].items()},
             repaired={k: int(v) for k, v in state["repaired"].items()},
             serial=int(state["serial"]),
+            faults=tuple((int(f["seq"]), str(f["spec"])) for f in state.get("faults", [])),
         )
 
     def is_healthy(self, device: str, port: int) -> bool | None:

@@ -34,7 +34,7 @@ import random
 import time
 import zlib
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
@@ -43,7 +43,7 @@ from schemas import COUNTER_FIELDS, LEGACY_COUNTER_BITS, decode
 from schemas.events import Event
 from schemas.topics import COUNTERS, PORT_EVENTS, PROBES, TOPOLOGY
 from sim.controller import ControllerView, SimController
-from sim.faults import Fault, check_all
+from sim.faults import Fault, FaultError, check_all, parse_spec
 from sim.topology import LANE_GBPS, WIDTH_LANES, Fabric, Hca, Link
 
 SOURCE = "sim"
@@ -190,6 +190,8 @@ class Simulator:
         self._seen_resets: dict[str, int] = {}
         self._seen_repaired: dict[str, int] = {}
         self._serial = -1
+        self._seen_fault_seq = 0
+        self.rejected: list[tuple[str, str]] = []  # (spec, reason) of injections refused
         self._build_routes()
         self._initial_state()
 
@@ -221,6 +223,8 @@ class Simulator:
             self._seen_resets = dict(view.resets)
             self._seen_repaired = dict(view.repaired)
             self._serial = view.serial
+            # Faults queued before this simulator started belong to an earlier run.
+            self._seen_fault_seq = max((seq for seq, _ in view.faults), default=0)
         for li in range(len(self.links)):
             self._update_bps(li)
 
@@ -317,6 +321,23 @@ class Simulator:
             if when != self._seen_repaired.get(key):
                 self._repair(key, t, events)
         self._seen_repaired = dict(view.repaired)
+        for seq, spec in view.faults:
+            if seq <= self._seen_fault_seq:
+                continue
+            self._seen_fault_seq = seq
+            try:
+                self.inject(parse_spec(spec))
+            except FaultError as exc:
+                self.rejected.append((spec, str(exc)))
+
+    def inject(self, fault: Fault) -> Fault:
+        """Add a fault while running; its ``at`` counts from now (the next step)."""
+        fault.check(self.fabric)
+        rel = self.now_ms - self.start_ms
+        shifted = replace(fault, at_ms=fault.at_ms + rel + 1, label=fault.label)
+        self.faults.append(shifted)
+        self._fault_links.append(self._links_of(shifted))
+        return shifted
 
     def _port_of_key(self, key: str) -> int | None:
         device, _, port = key.rpartition(":")
@@ -823,8 +844,6 @@ class Simulator:
 
 
 def _retrained(link: Link, width: str, speed: str) -> Link:
-    from dataclasses import replace
-
     return replace(link, width=width, speed=speed)
 
 

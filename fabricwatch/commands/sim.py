@@ -3,7 +3,8 @@
 ``sim run`` publishes the simulated fabric's telemetry to the contract topics (or prints it
 with ``--print``); ``sim topology`` writes ibnetdiscover output and the cable plan;
 ``sim isolate|unisolate|reset-counters|repair|status`` act on the simulated controller the
-way the runbook's adapter does, so a running ``sim run`` changes what it emits.
+way the runbook's adapter does, and ``sim inject SPEC`` queues a fault, so a running
+``sim run`` on the same state folder changes what it emits.
 """
 
 from __future__ import annotations
@@ -265,13 +266,27 @@ def repair_cmd(device: str, port: int, rung: str, state_dir: Path | None) -> Non
                              "rung": rung, "fixed": fixed}).decode())
 
 
+@sim.command("inject")
+@click.argument("spec")
+@_state
+def inject_cmd(spec: str, state_dir: Path | None) -> None:
+    """Queue a fault for a running `sim run` on the same state folder (its at= counts from
+    the simulator's next step)."""
+    try:
+        parse_spec(spec)  # refuse a malformed spec here rather than in the running simulator
+        seq = _controller(state_dir).inject(spec)
+    except (FaultError, ControllerError) as exc:
+        raise click.UsageError(str(exc)) from None
+    click.echo(orjson.dumps({"command": "inject", "spec": spec, "seq": seq}).decode())
+
+
 @sim.command("status")
 @_state
 def status_cmd(state_dir: Path | None) -> None:
     """Show the simulated controller's isolated ports."""
     ctl = _controller(state_dir)
-    click.echo(orjson.dumps({"state_file": str(ctl.path),
-                             "isolated": ctl.isolated_ports()}).decode())
+    click.echo(orjson.dumps({"state_file": str(ctl.path), "isolated": ctl.isolated_ports(),
+                             "injected": [spec for _, spec in ctl.injected()]}).decode())
 
 
 COMMANDS: list[click.Command] = [sim]
