@@ -146,4 +146,5 @@ def test_publisher_refuses_settings_that_would_break_delivery_guarantees() -> No
         Publisher("  ")
     config = Publisher("127.0.0.1:9092").config
     assert config["enable_idempotence"] is True and config["acks"] == "all"
-    assert config["compression_type"] == "lz4" and 5 <= config["linger_ms"] <= 20
+    assert config["compression_type"] == "zstd" and 5 <= config["linger_ms"] <= 20
+    assert Publisher("127.0.0.1:9092", compression="lz4").config["compression_type"] == "lz4"
