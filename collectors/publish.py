@@ -106,7 +106,11 @@ class Publisher:
 
     async def __aenter__(self) -> Publisher:
         producer = AIOKafkaProducer(**self._config)
-        await producer.start()
+        try:
+            await producer.start()
+        except BaseException:
+            await producer.stop()  # release its client even though it never connected
+            raise
         self._producer = producer
         return self
 
