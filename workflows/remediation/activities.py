@@ -57,6 +57,17 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+# The contract refuses an event more than a day in the future. Workflow time is the
+# server's, so in production it trails the wall clock; only a time-skipped workflow (tests,
+# a fast-forwarded demo) runs ahead. Its records are stamped no later than 23 h ahead, so
+# they stay valid; the workflow's own time is still in the history and the query.
+_MAX_AHEAD_MS = 23 * 3600 * 1000
+
+
+def event_ts(workflow_ms: int) -> int:
+    return min(workflow_ms, _now_ms() + _MAX_AHEAD_MS)
+
+
 class FabricActivities:
     """Activities of ``PortRemediation``; one instance per worker, clients injected."""
 
@@ -81,7 +92,7 @@ class FabricActivities:
     @activity.defn(name="record_action")
     async def record_action(self, inp: RecordInput) -> RecordResult:
         rec = ActionRecord(
-            id=inp.record_id, ts=inp.ts, fabric=inp.port.fabric, source=SOURCE,
+            id=inp.record_id, ts=event_ts(inp.ts), fabric=inp.port.fabric, source=SOURCE,
             device=inp.port.device, port=inp.port.port, workflow_id=inp.workflow_id,
             step=inp.step, actor=inp.actor, outcome=inp.outcome, before=inp.before,
             after=inp.after, note=inp.note, dry_run=inp.dry_run)
@@ -102,7 +113,7 @@ class FabricActivities:
         for out in outputs:
             digest = hashlib.sha256(out.output.encode()).hexdigest()[:12]
             records.append(EvidenceRecord(
-                id=f"{inp.workflow_id}/evidence/{inp.ts}/{out.tool}", ts=inp.ts,
+                id=f"{inp.workflow_id}/evidence/{inp.ts}/{out.tool}", ts=event_ts(inp.ts),
                 fabric=inp.port.fabric, source=SOURCE, device=inp.port.device,
                 port=inp.port.port, workflow_id=inp.workflow_id, tool=out.tool,
                 output=out.output, exit_code=out.exit_code))
@@ -233,7 +244,7 @@ class FabricActivities:
         """Publish/record a ``breaker_open`` detection and page a human."""
         det_id = f"{inp.workflow_id}/breaker/{inp.detection.id}"
         det = Detection(
-            id=det_id, ts=inp.ts, fabric=inp.port.fabric, source=SOURCE,
+            id=det_id, ts=event_ts(inp.ts), fabric=inp.port.fabric, source=SOURCE,
             device=inp.port.device, port=inp.port.port, detection=DetectionKind.BREAKER_OPEN,
             severity=Severity.CRITICAL, action=Action.PAGE, episode=inp.detection.episode,
             evidence={"reason": inp.reason, "su": inp.port.su, "workflow_id": inp.workflow_id,

@@ -423,8 +423,10 @@ class PortRemediation:
                                               f"{waited / 3600:.1f} h: escalated")
                 await self._record(step, "skipped", note=f"escalated after {waited:.0f} s")
             else:
+                # the elapsed time makes each reminder distinct (the webhook deduplicates
+                # identical requests as retries)
                 await self._ticket_op("update", f"reminder: {step} on {self._port.key} "
-                                                f"awaits a technician")
+                                                f"awaits a technician for {waited / 3600:.1f} h")
                 await self._record(step, "skipped", note=f"reminder after {waited:.0f} s")
         self._waiting_for = None
         done = self._done

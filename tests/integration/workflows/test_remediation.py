@@ -310,3 +310,31 @@ async def test_cancel_from_temporal_rolls_back_too(wf_env: WorkflowEnvironment, 
     assert not fabric.is_isolated("leaf-su01-r1", 7) and su.in_use == 0
     names = [s for s, _ in steps(sink, wid(inp))]
     assert "unisolate" in names and names[-1] == "outcome"
+
+
+async def test_technician_reminders_and_escalation_over_a_day(
+        wf_env: WorkflowEnvironment, tmp_path: Path, ticket_server: TicketServer,
+        task_queue: str) -> None:
+    """Default policy: a reminder every 4 h, one escalation page at 24 h (time skipped)."""
+    client = wf_env.client
+    fabric = FileFabric(tmp_path)
+    fabric.script({"*": "clean-and-reseat"})
+    inp = make_input(wait_s=0.2)
+    assert (inp.config.step_reminder_s, inp.config.step_escalation_s) == (4 * 3600, 24 * 3600)
+    async with running_worker(client, task_queue, fabric, ticket_server) as sink:
+        handle = await start(client, inp, task_queue)
+        await until(handle, lambda s: s.waiting_for == "clean-and-reseat")
+        assert await wf_env.fast_forward(handle, timedelta(hours=24, minutes=30))
+        st = await until(handle, lambda s: any("escalated" in (h.note or "")
+                                               for h in s.history))
+        assert st.waiting_for == "clean-and-reseat"  # still waiting for the technician
+        await handle.execute_update(PortRemediation.complete_step,
+                                    StepDone(step="clean-and-reseat", actor="night-shift"))
+        result = await asyncio.wait_for(handle.result(), 60)
+    assert result.outcome == "returned_to_service"
+    notes = [a.note or "" for a in sink.actions()
+             if a.workflow_id == wid(inp) and a.step == "clean-and-reseat"]
+    assert sum(n.startswith("reminder") for n in notes) == 5  # at 4, 8, 12, 16 and 20 h
+    assert sum(n.startswith("escalated") for n in notes) == 1  # at 24 h
+    ops = [r["op"] for r in ticket_server.ops(wid(inp))]
+    assert ops.count("update") == 5 and ops.count("page") == 1
