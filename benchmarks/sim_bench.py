@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import shutil
 import sys
 import tempfile
 import time
@@ -30,6 +31,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._machine import write_result  # noqa: E402
+from sim.controller import SimController  # noqa: E402
 from sim.faults import parse_spec  # noqa: E402
 from sim.run import run, run_to_kafka  # noqa: E402
 from sim.telemetry import Simulator  # noqa: E402
@@ -37,6 +39,9 @@ from sim.topology import generate  # noqa: E402
 
 FAULTS = ["flap:leaf-su01-r3:5,count=4,every=60s,at=5s", "ber:node0042/mlx5_3:1,ramp=2m",
           "spine_reboot:spine-su02-s1,at=20s,for=30s", "hot_uplink:leaf-su03-r0:40"]
+
+
+_STATE_DIRS: list[Path] = []
 
 
 class _NullSink:
@@ -47,8 +52,13 @@ class _NullSink:
 def _sim(preset: str, interval_s: float, start_ms: int) -> Simulator:
     fab = generate(preset)
     faults = [parse_spec(f) for f in FAULTS] if preset in ("10k-gpu", "100k-port") else []
-    return Simulator(fab, faults=faults, seed=1, start_ms=start_ms, interval_s=interval_s,
-                     probe_every=6, topology_every=30)
+    # With a controller, as `sim run` has: its state file is checked every step and the
+    # health report written when it changes.
+    state = Path(tempfile.mkdtemp(prefix="fw-simbench-ctl-"))
+    _STATE_DIRS.append(state)
+    controller = SimController(state)
+    return Simulator(fab, faults=faults, controller=controller, seed=1, start_ms=start_ms,
+                     interval_s=interval_s, probe_every=6, topology_every=30)
 
 
 INTERVAL_S = 10.0
@@ -123,6 +133,8 @@ def main() -> None:
             finally:
                 stack.down()
         figures["broker"] = "local Kafka 4 (KRaft, one node, fabricwatch.stack)"
+    for state in _STATE_DIRS:
+        shutil.rmtree(state, ignore_errors=True)
     name = "sim" if args.preset == "100k-port" else f"sim_{args.preset}"
     path = write_result(name, figures, command)
     print(f"{'phase':<22}{'samples/s':>14}{'step max s':>12}{'behind':>8}")
