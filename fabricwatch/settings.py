@@ -75,6 +75,15 @@ class SecretsSettings(_Frozen):
     ticket_token: SecretStr | None = None
 
 
+class StreamsSettings(_Frozen):
+    """The stream processors' Faust options that differ between one machine and a cluster."""
+
+    # Hot copies of each table partition on other workers (fast failover); 0 on one machine.
+    standby_replicas: int = 0
+    # Replication factor of the internal topics (changelogs, re-keyed topics) Faust creates.
+    topic_replication_factor: int = 1
+
+
 class Settings(BaseSettings):
     """Everything a fabricwatch process is configured with."""
 
@@ -94,6 +103,9 @@ class Settings(BaseSettings):
     temporal: TemporalSettings = TemporalSettings()
     ledger: LedgerSettings = LedgerSettings()
     secrets: SecretsSettings = SecretsSettings()
+    streams: StreamsSettings = StreamsSettings()
+    # Serve Prometheus metrics on this port (fabricwatch.metrics); unset: no endpoint.
+    metrics_port: int | None = None
 
     @property
     def ledger_path(self) -> Path:

@@ -32,6 +32,7 @@ from typing import Any
 
 import faust
 
+from fabricwatch import metrics
 from fabricwatch.settings import Settings
 from schemas import Action, ContractError, DeadLetter, Detection, Event, dead_letter, decode, encode
 from schemas import topics as registry
@@ -72,8 +73,8 @@ class StreamsApp:
             key_serializer="raw",
             value_serializer="raw",
             consumer_auto_offset_reset="earliest",
-            topic_replication_factor=1,
-            table_standby_replicas=0,
+            topic_replication_factor=settings.streams.topic_replication_factor,
+            table_standby_replicas=settings.streams.standby_replicas,
             stream_wait_empty=False,
             producer_acks=-1,
             producer_linger_ms=5,
@@ -168,6 +169,7 @@ class StreamsApp:
     async def decode(self, event: Any, topic: registry.Topic) -> Event | None:
         """The contract event in a Faust event, or None after dead-lettering it."""
         raw = event.value if isinstance(event.value, bytes) else b""
+        metrics.consumed(topic.name, event.message, self.app.consumer)
         try:
             obj = decode(raw)
             if obj.kind not in topic.kinds:
@@ -182,6 +184,7 @@ class StreamsApp:
         record = dead_letter(raw, error, source_topic=message.topic,
                              partition=message.partition, offset=message.offset)
         self.stats["dead_letters"] += 1
+        metrics.dead_lettered(message.topic)
         log.warning("dead letter %s[%s]@%s: %s", message.topic, message.partition,
                     message.offset, error)
         await self.dlq.send(key=message.topic.encode(), value=encode(record))
@@ -207,6 +210,7 @@ class StreamsApp:
                 if su is not None:
                     await self.breaker.send(key=su.encode(), value=data)
         self.stats["detections"] += len(detections)
+        metrics.detected(detections)
         self._to_ledger(detections)
 
     def _to_ledger(self, events: Sequence[Detection | DeadLetter]) -> None:

@@ -378,6 +378,12 @@ async def _serve(settings: Settings, policy: Policy, inventory: Any, opts: Any, 
             dispatcher = Dispatcher(client, policy, inventory, task_queue=queue)
             tasks.append(asyncio.create_task(run_dispatcher(
                 dispatcher, settings.kafka.bootstrap_servers, stop=stop)))
+        if settings.metrics_port is not None:  # Prometheus: runbooks by status, breaker per SU
+            from fabricwatch.metrics import RunbookMetrics, start_metrics_server
+
+            start_metrics_server(settings.metrics_port)
+            tasks.append(asyncio.create_task(RunbookMetrics(
+                client, dispatcher=dispatcher if dispatch else None).run(stop)))
         if audit_plan is not None:
             sid = await ensure_audit_schedule(client, AuditInput(
                 fabric=settings.fabric, plan_path=str(audit_plan),

@@ -64,6 +64,10 @@ def worker_command(policy_path: Path | None, workers: int, ledger: bool, logleve
     logging.basicConfig(level=loglevel.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     sa = StreamsApp(settings, policy, ledger=ledger, worker_index=worker_index, app_id=app_id)
+    if settings.metrics_port is not None:  # one port per supervised worker process
+        from fabricwatch.metrics import start_metrics_server
+
+        start_metrics_server(settings.metrics_port + worker_index)
     asyncio.run(sa.ensure_topics())
     worker = faust.Worker(sa.app, loglevel=loglevel.upper(), quiet=True,
                           redirect_stdouts=False, override_logging=False)
