@@ -51,7 +51,7 @@ def _need_tz(opts: IngestOptions, what: str) -> str | tzinfo:
 
 def _opensm(text: str, o: IngestOptions) -> list[Event]:
     zone = smlog.zone(_need_tz(o, "opensm log"))
-    year = o.year or datetime.fromtimestamp(o.ts / 1000, tz=zone).year
+    year = o.year or smlog.infer_year(text, now=datetime.fromtimestamp(o.ts / 1000, tz=zone))
     return list(smlog.parse_opensm_log(text, fabric=o.fabric, tz=zone, year=year,
                                        lids=o.lids).events)
 
@@ -129,7 +129,7 @@ def decode_input(data: bytes) -> str:
         raise ParseError(None, data.count(b"\n", 0, nul) + 1,
                          "NUL byte: binary data, not tool output")
     try:
-        return data.decode("utf-8")
+        return data.decode("utf-8").removeprefix("\ufeff")  # a BOM is no part of the output
     except UnicodeDecodeError as exc:
         raise ParseError(None, data.count(b"\n", 0, exc.start) + 1,
                          f"not UTF-8 text (byte 0x{data[exc.start]:02x})") from None

@@ -97,6 +97,25 @@ def zone(tz: str | tzinfo) -> tzinfo:
                                      "UTC or Europe/Oslo") from None
 
 
+def infer_year(text: str, *, now: datetime) -> int:
+    """The year of an opensm log's first line, which opensm does not print.
+
+    ``now``'s year, unless the first line's month and day are more than a day after
+    ``now`` (a December log read in January): then the year before.
+    """
+    for _number, line in lines(text):
+        match = _OSM_LINE.match(line)
+        if match is None:
+            continue
+        month, day = _MONTHS[match.group(1)], int(match.group(2))
+        try:
+            first = datetime(now.year, month, day, tzinfo=now.tzinfo)
+        except ValueError:  # 29 Feb in a year without one
+            return now.year - 1
+        return now.year - 1 if (first - now).days >= 1 else now.year
+    return now.year
+
+
 def _int(text: str) -> int:
     return int(text, 16) if text.lower().startswith("0x") else int(text)
 

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from collectors.errors import ParseError
+from collectors.formats import IngestOptions, parse_input
 from collectors.ibdiags import parse_iblinkinfo, parse_ibqueryerrors, parse_perfquery
 from collectors.ibnetdiscover import parse_nodes
 from collectors.lidmap import LidMap
 from collectors.probes import parse_ib_write_bw, parse_nccl_tests
 from collectors.publish import Publisher
-from collectors.smlog import parse_opensm_log, parse_ufm_events
+from collectors.smlog import infer_year, parse_opensm_log, parse_ufm_events
 from collectors.telemetry import parse_gnmic, parse_sflowtool, parse_sonic_show, port_number
 from schemas import LEGACY_COUNTER_BITS
 
@@ -148,3 +150,17 @@ def test_publisher_refuses_settings_that_would_break_delivery_guarantees() -> No
     assert config["enable_idempotence"] is True and config["acks"] == "all"
     assert config["compression_type"] == "zstd" and 5 <= config["linger_ms"] <= 20
     assert Publisher("127.0.0.1:9092", compression="lz4").config["compression_type"] == "lz4"
+
+
+def test_opensm_year_is_inferred_across_new_year() -> None:
+    line = "Dec 31 23:59:59 999999 [55AEA6C0] 0x04 -> SUBNET UP\n"
+    assert infer_year(line, now=datetime(2027, 1, 2, tzinfo=UTC)) == 2026
+    assert infer_year(line, now=datetime(2026, 12, 31, 12, tzinfo=UTC)) == 2026
+    assert infer_year("no stamp\n", now=datetime(2026, 5, 1, tzinfo=UTC)) == 2026
+
+
+def test_a_byte_order_mark_is_not_part_of_the_output() -> None:
+    text = (FIXTURES / "ibnetdiscover" / "ports-edr-mixed.txt").read_bytes()
+    opts = IngestOptions(fabric="lab", ts=1)
+    assert parse_input("ibnetdiscover", b"\xef\xbb\xbf" + text, opts) == parse_input(
+        "ibnetdiscover", text, opts)
