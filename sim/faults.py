@@ -26,7 +26,8 @@ pause_storm         RoCE: one queue paused nonstop, PFC pause frames at line rat
 ecn_misconfig       RoCE: ECN thresholds wrong on a switch (or port): many pauses, few marks
 hot_uplink          ECMP polarization: this uplink carries most traffic (xmit_wait, probes)
 slow_link           slow but not dead: counters clean, only probes across it are slower
-spine_reboot        every port of the switch down at once, back after ``for`` (default 3m)
+spine_reboot        every port of the switch down at once, back after ``for`` (default 3m),
+                    then ``bounces`` (default 2) more down/up bounces 15 s apart
 ==================  ========================================================================
 """
 
@@ -68,7 +69,7 @@ _PARAMS: dict[str, str] = {
     "at": "duration", "every": "duration", "within": "duration", "for": "duration",
     "count": "int", "down": "duration", "ramp": "duration", "width": "str", "speed": "str",
     "raw": "float", "per_hour": "float", "counter": "str", "with": "str", "factor": "float",
-    "share": "float", "prio": "int", "rate": "float",
+    "share": "float", "prio": "int", "rate": "float", "bounces": "int",
 }
 _SPEC = re.compile(r"^\s*([A-Za-z_]+)\s*:\s*([^:,\s]+)(?::(\d+))?\s*(?:,(.*))?$")
 DEFAULTS: dict[str, dict[str, Any]] = {
@@ -82,7 +83,9 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "hot_uplink": {"share": 0.9, "factor": 0.7},
     "pause_storm": {"prio": 3, "rate": 80_000.0},
     "ecn_misconfig": {"rate": 3_000.0},
-    "spine_reboot": {"for_ms": 180_000},
+    # Links to a rebooting switch come back and drop again while its firmware settles;
+    # with 2 extra bounces every peer port sees 3 downs: the flap rule fires on all at once.
+    "spine_reboot": {"for_ms": 180_000, "bounces": 2},
 }
 
 
@@ -114,6 +117,7 @@ class Fault:
     share: float | None = None
     prio: int | None = None
     rate: float | None = None
+    bounces: int | None = None  # spine_reboot: extra bounces of every link after the boot
     label: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -163,6 +167,11 @@ class Fault:
             out.append((start, end))
         return out
 
+    def bounce_times(self, end: int) -> list[tuple[int, int]]:
+        """(down, up) of the extra bounces after a switch reboot that ended at ``end``."""
+        return [(end + 15_000 * k, end + 15_000 * k + 5_000)
+                for k in range(1, (self.bounces or 0) + 1)]
+
     def active(self, t_ms: int) -> tuple[int, int | None] | None:
         """The occurrence in force at ``t_ms`` (ms after start), if any."""
         for start, end in self.occurrences():
@@ -191,7 +200,9 @@ class Fault:
                             ("with", f"{self.with_device}:{self.with_port}"
                              if self.with_device else None),
                             ("factor", self.factor), ("share", self.share),
-                            ("prio", self.prio), ("rate", self.rate)):
+                            ("prio", self.prio), ("rate", self.rate),
+                            ("bounces", self.bounces if self.kind == "spine_reboot" and
+                             self.bounces != 2 else None)):
             if value is not None:
                 parts.append(f"{name}={value}")
         return ",".join(parts)

@@ -192,6 +192,10 @@ class Simulator:
         self._serial = -1
         self._seen_fault_seq = 0
         self.rejected: list[tuple[str, str]] = []  # (spec, reason) of injections refused
+        self._sat_prev: dict[int, dict[str, int]] = {}  # port -> legacy counters at max
+        self._sat_ports: set[int] = set()  # ports a counter_saturation fault targets
+        for fault in self.faults:
+            self._note_saturation(fault)
         self._build_routes()
         self._initial_state()
 
@@ -286,7 +290,8 @@ class Simulator:
             if fi in self.fixed or not fault.started(rel):
                 continue
             occ = fault.occurrences()
-            over = all(end is not None and end <= rel for _, end in occ)
+            over = all(end is not None and max([end, *(up for _, up in fault.bounce_times(end))])
+                       <= rel for _, end in occ)
             if over and fault.kind != "flap":
                 continue  # a flapping cable stays suspect after its last bounce
             for li in self._fault_links[fi]:
@@ -337,7 +342,12 @@ class Simulator:
         shifted = replace(fault, at_ms=fault.at_ms + rel + 1, label=fault.label)
         self.faults.append(shifted)
         self._fault_links.append(self._links_of(shifted))
+        self._note_saturation(shifted)
         return shifted
+
+    def _note_saturation(self, fault: Fault) -> None:
+        if fault.kind == "counter_saturation" and fault.port is not None:
+            self._sat_ports.add(self.port_index[(fault.device, fault.port)])
 
     def _port_of_key(self, key: str) -> int | None:
         device, _, port = key.rpartition(":")
@@ -435,22 +445,33 @@ class Simulator:
 
     def _apply_fault_edges(self, lo: int, hi: int,
                            events: list[tuple[int, int, dict[str, Any]]]) -> None:
-        edges: list[tuple[int, int, int, bool]] = []  # (t rel, fault, order, start?)
+        edges: list[tuple[int, int, int, str]] = []  # (t rel, fault, order, what)
         for fi, fault in enumerate(self.faults):
             if fi in self.fixed:
                 continue
             for start, end in fault.occurrences():
                 if lo < start <= hi and not (start == 0 and fault.kind in (
                         "missing_link", "degraded_width", "degraded_speed")):
-                    edges.append((start, fi, 0, True))
+                    edges.append((start, fi, 0, "start"))
                 if end is not None and lo < end <= hi:
-                    edges.append((end, fi, 1, False))
+                    edges.append((end, fi, 1, "end"))
+                if end is not None and fault.kind == "spine_reboot":
+                    for down, up in fault.bounce_times(end):
+                        if lo < down <= hi:
+                            edges.append((down, fi, 2, "bounce-down"))
+                        if lo < up <= hi:
+                            edges.append((up, fi, 3, "bounce-up"))
         edges.sort()
-        for rel, fi, _order, starting in edges:
+        for rel, fi, _order, what in edges:
             t = self.start_ms + rel
             fault = self.faults[fi]
             links = self._fault_links[fi]
             kind = fault.kind
+            starting = what == "start"
+            if what.startswith("bounce"):
+                for li in links:
+                    self._cause(li, f"b{fi}", what == "bounce-down", t, events)
+                continue
             if kind in ("flap", "link_down", "missing_link"):
                 if starting and any(k.startswith("isolated:") for k in self.l_causes[links[0]]):
                     continue  # an isolated port is disabled: it cannot flap
@@ -574,6 +595,8 @@ class Simulator:
         cap32 = CAPS[XWT]
         sqrt = math.sqrt
         samples_total = 0
+        sat_prev = self._sat_prev
+        sat_ports = self._sat_ports
         prefix = f"sim:{self.name}:c:"
         dumps = orjson.dumps
         topic = COUNTERS.name
@@ -588,7 +611,10 @@ class Simulator:
                 u2 = r()
                 u3 = r()
                 if causes[li]:
-                    samples.append(_down_sample(p_port[pi], c, p_hca[pi], roce))
+                    down = _down_sample(p_port[pi], c, p_hca[pi], roce)
+                    if pi in sat_prev or _any_at_max(c):
+                        self._mark_bits(pi, c, down)
+                    samples.append(down)
                     continue
                 m = mods.get(pi)
                 raw = base_raw[pi]
@@ -647,6 +673,12 @@ class Simulator:
                 }
                 if roce or p_hca[pi]:
                     self._transport_counters(pi, c, s, m, dt, u1, u2, roce)
+                # Only these legacy registers move on their own; the others reach their
+                # maximum only through a counter_saturation fault (sat_ports).
+                if (c[SYM] == cap16 or c[XWT] == cap32 or c[LDN] == cap8 or c[LER] == cap8
+                        or c[RCV] == cap16 or c[XDS] == cap16 or pi in sat_prev
+                        or pi in sat_ports):
+                    self._mark_bits(pi, c, s)
                 samples.append(s)
             if not samples:
                 continue
@@ -655,6 +687,22 @@ class Simulator:
                    "source": SOURCE, "kind": "counters", "device": device, "ports": samples}
             out.append(Message(topic, device.encode(), dumps(msg)))
         return samples_total
+
+    def _mark_bits(self, pi: int, c: list[int], sample: dict[str, Any]) -> None:
+        """Say how wide the legacy registers at their maximum are (``counter_bits``), and
+        keep saying it for one more sample after they leave it, so that a consumer can tell a
+        saturated register from a count and see the saturation end. Only where it matters:
+        on every sample it would add about 200 bytes a port."""
+        at_max = {name: LEGACY_COUNTER_BITS[name] for name in LEGACY_COUNTER_BITS
+                  if c[F[name]] == CAPS[F[name]]}
+        bits = dict(self._sat_prev.get(pi, {}))
+        bits.update(at_max)
+        if bits:
+            sample["counter_bits"] = bits
+        if at_max:
+            self._sat_prev[pi] = at_max
+        else:
+            self._sat_prev.pop(pi, None)
 
     def _transport_counters(self, pi: int, c: list[int], s: dict[str, Any], m: _Mod | None,
                             dt: float, u1: float, u2: float, roce: bool) -> None:
@@ -851,6 +899,16 @@ def _effective_ber(raw: float) -> float:
     # RS-FEC hides pre-FEC errors until the raw BER nears its limit, then lets them through
     # steeply: about 1e-14 at raw 1e-6, 1e-11 at raw 1e-5, 1e-9 at 5e-5.
     return 1e-11 * (raw / 1e-5) ** 3
+
+
+_LEGACY_RARE = [(F[name], CAPS[F[name]]) for name in LEGACY_COUNTER_BITS
+                if name not in ("symbol_errors", "link_error_recovery", "link_downed",
+                                "xmit_wait")]
+
+
+def _any_at_max(c: list[int]) -> bool:
+    return (c[SYM] == CAPS[SYM] or c[LER] == CAPS[LER] or c[LDN] == CAPS[LDN]
+            or c[XWT] == CAPS[XWT] or any(c[i] == top for i, top in _LEGACY_RARE))
 
 
 def _down_sample(port: int, c: list[int], hca: bool, roce: bool) -> dict[str, Any]:

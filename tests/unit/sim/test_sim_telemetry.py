@@ -268,7 +268,7 @@ def test_slow_link_only_probes_see_it() -> None:
 
 
 def test_spine_reboot_takes_many_ports_at_once() -> None:
-    s = sim(MULTI, ["spine_reboot:spine-su01-s1,at=60s,for=30s"], probe_every=0,
+    s = sim(MULTI, ["spine_reboot:spine-su01-s1,at=60s,for=30s,bounces=0"], probe_every=0,
             topology_every=0)
     before = s.run_steps(6)  # (0, 60 s]: the reboot starts at 60 s
     during = s.run_steps(2)  # (60, 80 s]
@@ -286,6 +286,20 @@ def test_spine_reboot_takes_many_ports_at_once() -> None:
     xw_after = samples(after, "spine-su01-s1", 1)[0][1].xmit_wait
     assert xw_after is not None and xw_before is not None and xw_after < xw_before
     assert samples(after, "spine-su01-s1", 1)[0][1].link_downed == 0  # counters restarted
+
+
+def test_spine_reboot_bounces_make_every_peer_port_flap() -> None:
+    s = sim(MULTI, ["spine_reboot:spine-su01-s1,at=10s,for=60s"], probe_every=0,
+            topology_every=0)
+    evs = port_events(s.run_steps(12))
+    peers = {MULTI.require_link("spine-su01-s1", p).other_end("spine-su01-s1", p)
+             for p in MULTI.device_ports("spine-su01-s1")}
+    for device, port in peers:
+        downs = [e.ts - START for e in evs if (e.device, e.port, e.state) ==
+                 (device, port, "down")]
+        assert downs == [10_000, 85_000, 100_000]  # reboot, then two bounces while it settles
+    spine_downs = [e for e in evs if e.device == "spine-su01-s1" and e.state == "down"]
+    assert len(spine_downs) == 2 * len(peers)  # it traps for the bounces, not the reboot
 
 
 def test_isolate_stops_flapping_and_traffic(tmp_path: Path) -> None:
