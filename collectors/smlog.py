@@ -124,16 +124,33 @@ def _ms(dt: datetime) -> int:
     return int(dt.timestamp() * 1000)
 
 
+@dataclass
+class OpensmState:
+    """What reading an opensm log carries from one chunk to the next (for a follower)."""
+
+    year: int
+    last_month: int = 0
+    traps: dict[str, int] = field(default_factory=dict)  # device -> trap since SUBNET UP
+    lines_before: int = 0  # lines of earlier chunks, so that line numbers stay absolute
+
+
 @guarded
 def parse_opensm_log(text: str, *, fabric: str, tz: str | tzinfo, year: int,
-                     lids: LidMap | None = None, source: str = "opensm") -> SmLogResult:
-    """opensm log text -> port events (and the change lines it could not resolve)."""
+                     lids: LidMap | None = None, source: str = "opensm",
+                     state: OpensmState | None = None) -> SmLogResult:
+    """opensm log text -> port events (and the change lines it could not resolve).
+
+    ``state`` carries the year, the trap memory and the line count from one chunk of a
+    followed log to the next; a chunk without any opensm line is then no error.
+    """
     zone_info = zone(tz)
     result = SmLogResult()
-    traps: dict[str, int] = {}  # device -> trap number seen since the last SUBNET UP
-    last_month = 0
+    chunked = state is not None
+    st = state if state is not None else OpensmState(year=year)
+    traps = st.traps
     matched_any = False
     for number, line in lines(text):
+        number += st.lines_before
         result.lines_read = number
         match = _OSM_LINE.match(line)
         if match is None:
@@ -141,11 +158,11 @@ def parse_opensm_log(text: str, *, fabric: str, tz: str | tzinfo, year: int,
         matched_any = True
         mon, day, hh, mm, ss, usec, message = match.groups()
         month = _MONTHS[mon]
-        if last_month == 12 and month == 1:
-            year += 1
-        last_month = month
+        if st.last_month == 12 and month == 1:
+            st.year += 1
+        st.last_month = month
         try:
-            local = datetime(year, month, int(day), int(hh), int(mm), int(ss), int(usec),
+            local = datetime(st.year, month, int(day), int(hh), int(mm), int(ss), int(usec),
                              tzinfo=zone_info)
         except ValueError as exc:
             raise ParseError(None, number, f"bad timestamp: {exc}") from None
@@ -193,7 +210,7 @@ def parse_opensm_log(text: str, *, fabric: str, tz: str | tzinfo, year: int,
                 continue
             emit(target.device, port, "down", reason="unhealthy", trap=traps.get(target.device))
             continue
-        for pattern, state in ((_REMOVED, "down"), (_NEW_PORT, "up")):
+        for pattern, direction in ((_REMOVED, "down"), (_NEW_PORT, "up")):
             found = pattern.search(message)
             if not found:
                 continue
@@ -204,10 +221,11 @@ def parse_opensm_log(text: str, *, fabric: str, tz: str | tzinfo, year: int,
                     number, f"LID {_int(lid_lo)} (port GUID {guid}) is not in the topology",
                     line))
             elif target.port is not None:  # a CA port; a switch leaving is no port event
-                emit(target.device, target.port, state,
-                     reason="left the subnet" if state == "down" else "joined the subnet")
+                emit(target.device, target.port, direction,
+                     reason="left the subnet" if direction == "down" else "joined the subnet")
             break
-    if not matched_any:
+    st.lines_before = result.lines_read if result.lines_read else st.lines_before
+    if not matched_any and not chunked:
         raise ParseError(None, None, "no opensm log line found ('Mon DD HH:MM:SS usec "
                                      "[thread] 0xNN -> message')")
     return result
