@@ -114,9 +114,12 @@ class EmbeddedLedger(LedgerBase):
         return rows
 
     def insert_encoded(self, table: str, payload: bytes, fmt: str = "JSONEachRow",
-                       columns: Sequence[str] | None = None) -> None:
+                       columns: Sequence[str] | None = None,
+                       settings: dict[str, int] | None = None) -> None:
         cols = f" ({', '.join(columns)})" if columns else ""
-        self.insert_format(f"INSERT INTO {table}{cols}", fmt, [payload])
+        clause = (" SETTINGS " + ", ".join(f"{k} = {int(v)}" for k, v in settings.items())
+                  if settings else "")
+        self.insert_format(f"INSERT INTO {table}{cols}{clause}", fmt, [payload])
 
     def insert_format(self, statement: str, fmt: str, chunks: list[bytes]) -> int:
         """Stream ``chunks`` (data in ``fmt``) into ``statement`` (``INSERT INTO t (cols)``)."""

@@ -70,9 +70,11 @@ class ServerLedger(LedgerBase):
         return list(result.named_results())
 
     def insert_encoded(self, table: str, payload: bytes, fmt: str = "JSONEachRow",
-                       columns: Sequence[str] | None = None) -> None:
+                       columns: Sequence[str] | None = None,
+                       settings: dict[str, int] | None = None) -> None:
         try:
-            self.client.raw_insert(table, column_names=columns, insert_block=payload, fmt=fmt)
+            self.client.raw_insert(table, column_names=columns, insert_block=payload, fmt=fmt,
+                                   settings=settings)
         except ClickHouseError as exc:
             raise LedgerError(str(exc)) from None
 

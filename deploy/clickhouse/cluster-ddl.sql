@@ -295,7 +295,14 @@ CREATE TABLE IF NOT EXISTS counter_last_local ON CLUSTER '{cluster}'
     cnp_handled                 Nullable(UInt64),
     out_of_sequence             Nullable(UInt64),
     local_ack_timeout_err       Nullable(UInt64),
-    rx_discards_phy             Nullable(UInt64)
+    rx_discards_phy             Nullable(UInt64),
+    raw_ber       Nullable(Float64),
+    effective_ber Nullable(Float64),
+    module_temp_c Nullable(Float32),
+    rx_power_dbm  Nullable(Float32),
+    width         LowCardinality(Nullable(String)),
+    speed         LowCardinality(Nullable(String)),
+    optic_serial  Nullable(String)
 )
 ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/{database}/counter_last_local', '{replica}', ts)
 ORDER BY (fabric, device, port);
@@ -304,7 +311,8 @@ CREATE TABLE IF NOT EXISTS counter_last ON CLUSTER '{cluster}' AS counter_last_l
 ENGINE = Distributed('{cluster}', currentDatabase(), counter_last_local, cityHash64(fabric, device));
 
 CREATE MATERIALIZED VIEW IF NOT EXISTS mv_counter_last ON CLUSTER '{cluster}' TO counter_last_local AS
-SELECT fabric, device, port, ts, symbol_errors, link_error_recovery, link_downed, rcv_errors, rcv_remote_phys_errors, xmit_discards, xmit_wait, local_link_integrity_errors, excessive_buffer_overrun, fec_corrected, fec_uncorrectable, pfc_pause_rx, pfc_pause_tx, ecn_marked, cnp_sent, cnp_handled, out_of_sequence, local_ack_timeout_err, rx_discards_phy
+SELECT fabric, device, port, ts, symbol_errors, link_error_recovery, link_downed, rcv_errors, rcv_remote_phys_errors, xmit_discards, xmit_wait, local_link_integrity_errors, excessive_buffer_overrun, fec_corrected, fec_uncorrectable, pfc_pause_rx, pfc_pause_tx, ecn_marked, cnp_sent, cnp_handled, out_of_sequence, local_ack_timeout_err, rx_discards_phy,
+       raw_ber, effective_ber, module_temp_c, rx_power_dbm, width, speed, optic_serial
 FROM counter_samples_local;
 
 CREATE TABLE IF NOT EXISTS counter_hourly_local ON CLUSTER '{cluster}'
@@ -439,13 +447,6 @@ CREATE TABLE IF NOT EXISTS port_state_local ON CLUSTER '{cluster}'
     fabric LowCardinality(String),
     device LowCardinality(String),
     port   UInt16,
-    last_sample_ts SimpleAggregateFunction(max, DateTime64(3, 'UTC')),
-    width          AggregateFunction(argMax, String, DateTime64(3, 'UTC')),
-    speed          AggregateFunction(argMax, String, DateTime64(3, 'UTC')),
-    raw_ber        AggregateFunction(argMax, Float64, DateTime64(3, 'UTC')),
-    effective_ber  AggregateFunction(argMax, Float64, DateTime64(3, 'UTC')),
-    raw_ber_ts       SimpleAggregateFunction(max, DateTime64(3, 'UTC')),
-    effective_ber_ts SimpleAggregateFunction(max, DateTime64(3, 'UTC')),
     optic_serial   AggregateFunction(argMax, String, DateTime64(3, 'UTC')),
     link_state     AggregateFunction(argMax, String, DateTime64(3, 'UTC')),
     last_event_ts  SimpleAggregateFunction(max, DateTime64(3, 'UTC')),
@@ -461,21 +462,6 @@ ORDER BY (fabric, device, port);
 
 CREATE TABLE IF NOT EXISTS port_state ON CLUSTER '{cluster}' AS port_state_local
 ENGINE = Distributed('{cluster}', currentDatabase(), port_state_local, cityHash64(fabric, device));
-
-CREATE MATERIALIZED VIEW IF NOT EXISTS mv_port_state_counters ON CLUSTER '{cluster}' TO port_state_local AS
-SELECT fabric, device, port,
-       max(ts) AS last_sample_ts,
-       argMaxStateIf(assumeNotNull(s_width), ts, s_width IS NOT NULL) AS width,
-       argMaxStateIf(assumeNotNull(s_speed), ts, s_speed IS NOT NULL) AS speed,
-       argMaxStateIf(assumeNotNull(s_raw_ber), ts, s_raw_ber IS NOT NULL) AS raw_ber,
-       argMaxStateIf(assumeNotNull(s_eff_ber), ts, s_eff_ber IS NOT NULL) AS effective_ber,
-       argMaxStateIf(assumeNotNull(s_serial), ts, s_serial IS NOT NULL) AS optic_serial,
-       maxIf(ts, s_raw_ber IS NOT NULL) AS raw_ber_ts,
-       maxIf(ts, s_eff_ber IS NOT NULL) AS effective_ber_ts
-FROM (SELECT fabric, device, port, ts, width AS s_width, speed AS s_speed,
-             raw_ber AS s_raw_ber, effective_ber AS s_eff_ber, optic_serial AS s_serial
-      FROM counter_samples_local)
-GROUP BY fabric, device, port;
 
 CREATE MATERIALIZED VIEW IF NOT EXISTS mv_port_state_events ON CLUSTER '{cluster}' TO port_state_local AS
 SELECT fabric, device, port,
@@ -504,28 +490,33 @@ FROM detections_local
 GROUP BY fabric, device, port;
 
 CREATE VIEW IF NOT EXISTS port_ledger ON CLUSTER '{cluster}' AS
-SELECT st.fabric AS fabric, st.device AS device, st.port AS port,
-       st.width AS width, st.speed AS speed, st.raw_ber AS raw_ber,
-       st.effective_ber AS effective_ber, st.optic_serial AS optic_serial,
-       st.link_state AS link_state, st.isolated AS isolated,
+SELECT if(c.port_known, c.fabric, st.fabric) AS fabric,
+       if(c.port_known, c.device, st.device) AS device,
+       if(c.port_known, c.port, st.port) AS port,
+       c.width AS width, c.speed AS speed, c.raw_ber AS raw_ber,
+       c.effective_ber AS effective_ber,
+       coalesce(c.optic_serial, st.optic_serial) AS optic_serial,
+       st.link_state AS link_state, ifNull(st.isolated, 0) AS isolated,
        st.isolated_since AS isolated_since,
-       st.last_sample_ts AS last_sample_ts, st.last_detection AS last_detection,
+       if(c.port_known = 1, c.last_sample_ts, NULL) AS last_sample_ts,
+       st.last_detection AS last_detection,
        st.last_detection_ts AS last_detection_ts, st.last_action AS last_action,
        st.last_change AS last_change,
-       e.errors_24h AS errors_24h, e.errors_per_hour AS errors_per_hour,
-       f.flaps_24h AS flaps_per_day
+       ifNull(e.errors_24h, 0) AS errors_24h, e.errors_per_hour AS errors_per_hour,
+       ifNull(f.flaps_24h, 0) AS flaps_per_day
 FROM
 (
+    SELECT fabric, device, port, ts AS last_sample_ts, width, speed, raw_ber, effective_ber,
+           optic_serial, 1 AS port_known
+    FROM counter_last FINAL
+) AS c
+FULL OUTER JOIN
+(
     SELECT fabric, device, port,
-           nullIf(argMaxMerge(width), '') AS width,
-           nullIf(argMaxMerge(speed), '') AS speed,
-           if(max(raw_ber_ts) > toDateTime64(0, 3, 'UTC'), argMaxMerge(raw_ber), NULL) AS raw_ber,
-           if(max(effective_ber_ts) > toDateTime64(0, 3, 'UTC'), argMaxMerge(effective_ber), NULL) AS effective_ber,
            nullIf(argMaxMerge(optic_serial), '') AS optic_serial,
            nullIf(argMaxMerge(link_state), '') AS link_state,
            argMaxMerge(isolated) AS isolated,
            if(isolated = 1, max(isolated_since), NULL) AS isolated_since,
-           nullIf(max(last_sample_ts), toDateTime64(0, 3, 'UTC')) AS last_sample_ts,
            nullIf(argMaxMerge(last_detection), '') AS last_detection,
            nullIf(max(last_detection_ts), toDateTime64(0, 3, 'UTC')) AS last_detection_ts,
            nullIf(argMaxMerge(last_action), '') AS last_action,
@@ -533,7 +524,7 @@ FROM
                   toDateTime64(0, 3, 'UTC')) AS last_change
     FROM port_state
     GROUP BY fabric, device, port
-) AS st
+) AS st ON st.fabric = c.fabric AND st.device = c.device AND st.port = c.port
 LEFT JOIN
 (
     SELECT fabric, device, port,
@@ -542,14 +533,14 @@ LEFT JOIN
     FROM counter_hourly
     WHERE hour >= toStartOfHour(now('UTC')) - INTERVAL 23 HOUR
     GROUP BY fabric, device, port
-) AS e ON e.fabric = st.fabric AND e.device = st.device AND e.port = st.port
+) AS e ON e.fabric = fabric AND e.device = device AND e.port = port
 LEFT JOIN
 (
     SELECT fabric, device, port, uniqExactMerge(downs) AS flaps_24h
     FROM port_events_hourly
     WHERE hour >= toStartOfHour(now('UTC')) - INTERVAL 23 HOUR
     GROUP BY fabric, device, port
-) AS f ON f.fabric = st.fabric AND f.device = st.device AND f.port = st.port;
+) AS f ON f.fabric = fabric AND f.device = device AND f.port = port;
 
 -- migration 005_counter_deltas
 CREATE TABLE IF NOT EXISTS counter_ingest_local ON CLUSTER '{cluster}'

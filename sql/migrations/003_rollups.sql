@@ -6,9 +6,11 @@
 -- replayed event cannot change. The "last value" tables keep argMax / max states or a
 -- ReplacingMergeTree version, which a replay of the same row leaves as they were.
 
--- The last raw sample of every port: the previous value mv_counter_deltas (005) takes the
+-- The last sample of every port: the previous value mv_counter_deltas (005) takes the
 -- deltas of a port's next sample against (a 100k-row read instead of scanning raw
--- history). Version = sample time.
+-- history), and the port's current link facts for port_ledger (trained width and speed,
+-- BER, optics as last reported). Version = sample time, so a late older sample never
+-- replaces a newer one.
 CREATE TABLE IF NOT EXISTS counter_last
 (
     fabric LowCardinality(String),
@@ -33,13 +35,21 @@ CREATE TABLE IF NOT EXISTS counter_last
     cnp_handled                 Nullable(UInt64),
     out_of_sequence             Nullable(UInt64),
     local_ack_timeout_err       Nullable(UInt64),
-    rx_discards_phy             Nullable(UInt64)
+    rx_discards_phy             Nullable(UInt64),
+    raw_ber       Nullable(Float64),
+    effective_ber Nullable(Float64),
+    module_temp_c Nullable(Float32),
+    rx_power_dbm  Nullable(Float32),
+    width         LowCardinality(Nullable(String)),
+    speed         LowCardinality(Nullable(String)),
+    optic_serial  Nullable(String)
 )
 ENGINE = ReplacingMergeTree(ts)
 ORDER BY (fabric, device, port);
 
 CREATE MATERIALIZED VIEW IF NOT EXISTS mv_counter_last TO counter_last AS
-SELECT fabric, device, port, ts, symbol_errors, link_error_recovery, link_downed, rcv_errors, rcv_remote_phys_errors, xmit_discards, xmit_wait, local_link_integrity_errors, excessive_buffer_overrun, fec_corrected, fec_uncorrectable, pfc_pause_rx, pfc_pause_tx, ecn_marked, cnp_sent, cnp_handled, out_of_sequence, local_ack_timeout_err, rx_discards_phy
+SELECT fabric, device, port, ts, symbol_errors, link_error_recovery, link_downed, rcv_errors, rcv_remote_phys_errors, xmit_discards, xmit_wait, local_link_integrity_errors, excessive_buffer_overrun, fec_corrected, fec_uncorrectable, pfc_pause_rx, pfc_pause_tx, ecn_marked, cnp_sent, cnp_handled, out_of_sequence, local_ack_timeout_err, rx_discards_phy,
+       raw_ber, effective_ber, module_temp_c, rx_power_dbm, width, speed, optic_serial
 FROM counter_samples;
 
 -- Per port and clock hour (event time): the sum of each counter's deltas, how many samples
