@@ -328,6 +328,14 @@ class LabStack:
         self.console(cmd)
         return cmd
 
+    def reseat(self, device: str, port: int) -> list[str]:
+        """Unplug and replug (Unlink + ReLink): what brings a port enabled after
+        ``ibportstate disable``/``enable`` back to LinkUp in ibsim, which does not retrain."""
+        cmds = [self.unlink(device, port)]
+        time.sleep(0.2)
+        cmds.append(self.relink(device, port))
+        return cmds
+
     def flap(self, device: str, port: int, *, count: int = 3, every_s: float = 2.0) -> list[str]:
         """``count`` down/up cycles, one every ``every_s`` seconds (down for half of it)."""
         if not 1 <= count <= 1000 or not 0.05 <= every_s <= 3600:
