@@ -141,6 +141,11 @@ def run_cmd(preset: str, interval: str, files: tuple[Path, ...], specs: tuple[st
         start_ms = now_ms - int(duration_s * 1000)
     else:
         start_ms = now_ms
+    if speedup != 1 and duration_s is None:
+        # Consumers refuse events more than a day ahead of their clock (the contract's ts rule).
+        click.echo("sim: warning: running faster than real time without --duration; events "
+                   "more than a day ahead of the wall clock will be refused downstream",
+                   err=True)
     try:
         fab = generate(params)
         check_all(faults, fab)
