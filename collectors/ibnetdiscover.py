@@ -83,6 +83,7 @@ class Node:
     lmc: int = 0
     ports: int | None = None  # number of ports, where the output says
     line: int = 0  # where the node first appears
+    port_guids: dict[int, str] = field(default_factory=dict)  # CA port -> port GUID
 
     @property
     def lid(self) -> int | None:
@@ -90,9 +91,13 @@ class Node:
         return self.lids[min(self.lids)] if self.lids else None
 
     def to_wire(self) -> dict[str, object]:
-        return {"name": self.name, "type": self.type, "guid": self.guid,
-                "description": self.description, "lmc": self.lmc,
-                "lids": {str(port): lid for port, lid in sorted(self.lids.items())}}
+        wire: dict[str, object] = {
+            "name": self.name, "type": self.type, "guid": self.guid,
+            "description": self.description, "lmc": self.lmc,
+            "lids": {str(port): lid for port, lid in sorted(self.lids.items())}}
+        if any(g != self.guid for g in self.port_guids.values()):
+            wire["port_guids"] = {str(p): g for p, g in sorted(self.port_guids.items())}
+        return wire
 
 
 def device_name(description: str, guid: str | int, node_type: NodeType) -> str:
@@ -202,8 +207,10 @@ def _parse_default(text: str) -> _Parsed:
         if match:
             if current is None:
                 raise ParseError(None, number, "port line outside a Switch/Ca record")
-            (port, _pguid, peer_key, peer_port, peer_pguid, lid, lmc, peer_desc, peer_lid,
+            (port, pguid, peer_key, peer_port, peer_pguid, lid, lmc, peer_desc, peer_lid,
              width, speed) = match.groups()
+            if pguid is not None:
+                current.port_guids[int(port)] = guid_str(pguid)
             if lid is not None:
                 current.lids[int(port)] = int(lid)
                 current.lmc = max(current.lmc, int(lmc))
@@ -271,6 +278,8 @@ def _parse_ports(text: str) -> _Parsed:
             by_guid[key] = node
             nodes.append(node)
         node.lids[0 if node_type == "switch" else int(port)] = int(lid)
+        if node_type != "switch":
+            node.port_guids[int(port)] = key[1]
         return node
 
     for number, line in lines(text):
@@ -352,10 +361,18 @@ def parse_ibnetdiscover(text: str, *, fabric: str, ts: int,
                                   width=width, speed=speed))
     links.sort(key=lambda link: (link.a_device, link.a_port, link.b_device, link.b_port))
     nodes = sorted(parsed.nodes, key=lambda n: (n.name, n.guid))
+    # Two nodes that the naming rule gives one name (the same node description set on two
+    # hosts) would merge in every consumer: name them so an operator can fix the fabric.
+    by_name: dict[str, list[str]] = {}
+    for node in nodes:
+        by_name.setdefault(node.name, []).append(node.guid)
+    collisions = [{"name": name, "guids": guids} for name, guids in by_name.items()
+                  if len(guids) > 1]
     ident = stable_id("topology", fabric, source,
                       *(f"{x.a_device}:{x.a_port}-{x.b_device}:{x.b_port}/{x.width}{x.speed}"
                         for x in links),
                       *(f"{n.name}={n.guid}" for n in nodes))
     return Topology(id=ident, ts=ts, fabric=fabric, source=source, links=links,
                     nodes=[n.to_wire() for n in nodes],
-                    discovery_format=parsed.format)
+                    discovery_format=parsed.format,
+                    **({"name_collisions": collisions} if collisions else {}))

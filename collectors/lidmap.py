@@ -33,8 +33,11 @@ class LidMap:
         self._guids: dict[str, str] = {}
 
     def add(self, *, name: str, type: str, guid: str, lids: Mapping[int, int],
-            lmc: int = 0) -> None:
+            lmc: int = 0, port_guids: Mapping[int, str] | None = None) -> None:
         self._guids[guid_str(guid)] = name
+        for port_guid in (port_guids or {}).values():
+            # A CA port GUID (tools such as ibqueryerrors print it) names the same device.
+            self._guids.setdefault(guid_str(port_guid), name)
         for port, lid in lids.items():
             target = LidTarget(name, None if type == "switch" else port, type)
             for offset in range(1 << max(0, min(lmc, 7))):
@@ -45,7 +48,7 @@ class LidMap:
         lidmap = cls()
         for node in nodes:
             lidmap.add(name=node.name, type=node.type, guid=node.guid, lids=node.lids,
-                       lmc=node.lmc)
+                       lmc=node.lmc, port_guids=node.port_guids)
         return lidmap
 
     @classmethod
@@ -56,8 +59,11 @@ class LidMap:
         for node in extra.get("nodes") or []:
             try:
                 lids = {int(port): int(lid) for port, lid in dict(node["lids"]).items()}
+                port_guids = {int(p): str(g) for p, g in
+                              dict(node.get("port_guids") or {}).items()}
                 lidmap.add(name=str(node["name"]), type=str(node["type"]),
-                           guid=str(node["guid"]), lids=lids, lmc=int(node.get("lmc", 0)))
+                           guid=str(node["guid"]), lids=lids, lmc=int(node.get("lmc", 0)),
+                           port_guids=port_guids)
             except (KeyError, TypeError, ValueError):
                 continue  # a node entry from a newer or broken producer: skip, keep the rest
         return lidmap

@@ -139,3 +139,25 @@ def test_every_cut_inside_a_record_line_names_that_line(name: str) -> None:
 def test_not_ibnetdiscover(text: str) -> None:
     with pytest.raises(ParseError):
         parse_ibnetdiscover(text, fabric="lab", ts=1)
+
+
+def test_ca_port_guids_resolve_to_the_node_name() -> None:
+    nodes = parse_nodes((FIXTURES / "manpage-voltaire-sdr-lab.txt").read_text())
+    lids = LidMap.from_nodes(nodes)
+    assert lids.device_for_guid("0x0008f1040396055a") == "0x0008f10403960558"  # port 2
+    topo = decode(encode(parse_ibnetdiscover(
+        (FIXTURES / "manpage-voltaire-sdr-lab.txt").read_text(), fabric="lab", ts=1)))
+    assert isinstance(topo, Topology)
+    assert LidMap.from_topology(topo).device_for_guid("0x0008f1040396055a") == (
+        "0x0008f10403960558")
+
+
+def test_two_nodes_with_one_name_are_reported() -> None:
+    text = (FIXTURES / "ports-edr-mixed.txt").read_text().replace("'o0002 HCA-1'",
+                                                                  "'o0001 HCA-1'")
+    topo = parse_ibnetdiscover(text, fabric="lab", ts=1)
+    assert (topo.model_extra or {})["name_collisions"] == [
+        {"name": "o0001/HCA-1", "guids": ["0x7cfe9003003b4b96", "0x7cfe9003003b4bde"]}]
+    clean = parse_ibnetdiscover((FIXTURES / "ports-edr-mixed.txt").read_text(), fabric="lab",
+                                ts=1)
+    assert "name_collisions" not in (clean.model_extra or {})
