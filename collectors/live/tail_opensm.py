@@ -407,7 +407,10 @@ async def follow_topology(bootstrap: str, fabric: str, on_topology: Callable[[An
                         on_topology(ev)
             if ready is not None and not ready.is_set():
                 ends = await consumer.end_offsets(list(consumer.assignment()))
-                if all(await consumer.position(tp) >= off for tp, off in ends.items()):
+                behind = False
+                for tp, off in ends.items():
+                    behind = behind or await consumer.position(tp) < off
+                if ends and not behind:
                     ready.set()
     finally:
         await consumer.stop()
