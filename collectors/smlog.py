@@ -9,9 +9,11 @@ describes, so a replay of the same log lines dedupes downstream.
 
 opensm lines that make events
 -----------------------------
-- ``osm_pi_rcv_process: Switch 0x<guid> port <n> changed state from ACTIVE to DOWN``
-  (verbose level): ``down`` when the new state is DOWN, ``up`` when it is ACTIVE; INIT and
+- ``osm_pi_rcv_process: Switch 0x<guid> port <n> changed state from ACTIVE to DOWN``, as
+  issue 4 quotes it: ``down`` when the new state is DOWN, ``up`` when it is ACTIVE; INIT and
   ARMED are steps on the way and make no event. The GUID is resolved through the LidMap.
+  opensm 3.3.23's own logs of a flap (default, ``-D 0x07``, ``-V``) carry no such line;
+  ``collectors.live.tail_opensm`` resolves trap 128 by asking the fabric instead.
 - ``Marking unhealthy physical port by lid:<lid> num:<port>`` (verbose, after trap 129-131):
   the SM takes the port out of use, so ``down`` with reason ``unhealthy``.
 - ``drop_mgr_remove_port: Removed port with GUID:0x.. LID range [a, b] of node:<desc>``
