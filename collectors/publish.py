@@ -177,6 +177,8 @@ class Publisher:
         for future in self._pending:
             if not future.done():
                 still.append(future)
+            elif future.cancelled():
+                failed = failed or PublishError("a delivery was cancelled")
             elif future.exception() is not None:
                 failed = failed or future.exception()
             else:
