@@ -8,7 +8,6 @@ command exits 2. With ``--print`` the events go to stdout as JSON lines instead 
 from __future__ import annotations
 
 import asyncio
-import signal
 import sys
 import time
 from pathlib import Path
@@ -17,14 +16,12 @@ from typing import NoReturn
 import click
 
 from collectors.errors import ParseError
-from collectors.follow import follow_opensm
 from collectors.formats import FORMATS, MAX_INPUT_BYTES, IngestOptions, parse_input
 from collectors.ibnetdiscover import parse_nodes
 from collectors.lidmap import LidMap
 from collectors.publish import Publisher
-from collectors.smlog import Unresolved
 from fabricwatch.settings import Settings, load_settings
-from schemas import PortEvent, dumps, ts_to_ms
+from schemas import dumps, ts_to_ms
 from schemas.events import Event
 
 EXIT_BAD_INPUT = 2
@@ -63,42 +60,6 @@ async def _publish(settings: Settings, events: list[Event]) -> int:
         return await publisher.flush()
 
 
-async def _follow(settings: Settings, path: Path, *, fabric: str, tz: str, year: int | None,
-                  lids: LidMap | None, print_only: bool) -> None:
-    """Follow an opensm log until SIGINT/SIGTERM, publishing (or printing) each batch."""
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-
-    def on_error(error: ParseError) -> None:
-        click.echo(f"fabricwatch ingest: skipped {error.in_file(str(path))}", err=True)
-
-    def on_unresolved(note: Unresolved) -> None:
-        click.echo(f"fabricwatch ingest: {path}:{note.line}: {note.reason}", err=True)
-
-    def on_ready(offset: int) -> None:
-        click.echo(f"fabricwatch ingest: following {path} from byte {offset}", err=True)
-
-    async def to_stdout(events: list[PortEvent]) -> None:
-        sys.stdout.buffer.write(b"".join(dumps(event) + b"\n" for event in events))
-        sys.stdout.buffer.flush()
-
-    if print_only:
-        await follow_opensm(path, to_stdout, fabric=fabric, tz=tz, lids=lids, year=year,
-                            stop=stop, on_error=on_error, on_unresolved=on_unresolved,
-                            on_ready=on_ready)
-        return
-    async with Publisher(settings.kafka.bootstrap_servers) as publisher:
-        async def publish(events: list[PortEvent]) -> None:
-            await publisher.send_many(events)
-            await publisher.flush()  # a port event is worth sending now, not at exit
-
-        await follow_opensm(path, publish, fabric=fabric, tz=tz, lids=lids, year=year,
-                            stop=stop, on_error=on_error, on_unresolved=on_unresolved,
-                            on_ready=on_ready)
-
-
 def _list_formats() -> None:
     width = max(len(name) for name in FORMATS)
     for name, spec in FORMATS.items():
@@ -130,14 +91,10 @@ def _list_formats() -> None:
               help="Expected bandwidth of a probe.")
 @click.option("--print", "print_only", is_flag=True,
               help="Write the events to stdout as JSON lines instead of publishing them.")
-@click.option("--follow", is_flag=True,
-              help="opensm only: follow the log as it grows (from its end, like tail -f) "
-              "and publish each new port event until interrupted.")
 def ingest(fmt: str | None, paths: tuple[str, ...], list_formats: bool, fabric: str | None,
            device: str | None, port: int, ts_text: str | None, tz: str | None,
            year: int | None, topology: Path | None, rail: int, src: str | None,
-           dst: str | None, baseline_gbps: float | None, print_only: bool,
-           follow: bool) -> None:
+           dst: str | None, baseline_gbps: float | None, print_only: bool) -> None:
     """Parse FORMAT output from each PATH (- is stdin) and publish the events."""
     if list_formats:
         _list_formats()
@@ -159,14 +116,6 @@ def ingest(fmt: str | None, paths: tuple[str, ...], list_formats: bool, fabric: 
             _fail(ParseError(str(topology), None, "not UTF-8 text"))
         except ParseError as error:
             _fail(error if error.file else error.in_file(str(topology)))
-    if follow:
-        if fmt != "opensm" or len(paths) != 1 or paths[0] == "-":
-            raise click.UsageError("--follow takes the opensm format and one log file")
-        if tz is None:
-            _fail(ParseError(paths[0], None, "opensm timestamps are local time; give --tz"))
-        asyncio.run(_follow(settings, Path(paths[0]), fabric=fabric or settings.fabric, tz=tz,
-                            year=year, lids=lids, print_only=print_only))
-        return
     opts = IngestOptions(fabric=fabric or settings.fabric, ts=_ts_option(ts_text),
                          device=device, port=port, tz=tz, year=year, lids=lids, rail=rail,
                          src=src, dst=dst, baseline_gbps=baseline_gbps)

@@ -7,9 +7,7 @@ key, every event once. A bad file in an ingest batch publishes nothing at all.
 
 from __future__ import annotations
 
-import asyncio
 import os
-import signal
 import subprocess
 import sys
 import uuid
@@ -165,37 +163,3 @@ async def test_ingest_publishes_and_a_bad_file_publishes_nothing(kafka_bootstrap
     assert len(mine) == 40  # the 40 switches that have down ports
     assert "published 40 events" in ok.stderr
 
-
-async def test_follow_publishes_port_events_as_the_log_grows(kafka_bootstrap: str,
-                                                             tmp_path: Path) -> None:
-    fabric = f"fol-{uuid.uuid4().hex[:8]}"
-    sample = Path(__file__).parents[1] / "unit" / "collectors" / "samples"
-    lines = (sample / "opensm-verbose-port-changes.log").read_text().splitlines(keepends=True)
-    log = tmp_path / "opensm.log"
-    log.write_text(lines[0])
-    start = await _end_offsets(kafka_bootstrap, [PORT_EVENTS.name])
-    env = {**os.environ, "FABRICWATCH_KAFKA__BOOTSTRAP": kafka_bootstrap}
-    proc = await asyncio.create_subprocess_exec(
-        str(FABRICWATCH), "ingest", "opensm", str(log), "--follow", "--tz", "UTC",
-        "--year", "2025", "--fabric", fabric, "--topology",
-        str(FIXTURES / "ibnetdiscover" / "topograph-ndr-fattree.txt"),
-        env=env, stderr=asyncio.subprocess.PIPE)
-    try:
-        assert proc.stderr is not None
-        while b"following" not in (line := await asyncio.wait_for(proc.stderr.readline(), 60)):
-            assert line, "the follower ended before it started following"
-        with log.open("a") as handle:
-            handle.write(lines[2])  # leaf port 35 ACTIVE -> DOWN
-        mine: list[Event] = []
-        for _ in range(50):
-            await asyncio.sleep(0.2)
-            mine = [decode(r[2]) for r in await _read_since(kafka_bootstrap, start)
-                    if decode(r[2]).fabric == fabric]
-            if mine:
-                break
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        _, stderr = await asyncio.wait_for(proc.communicate(), 30)
-    assert proc.returncode == 0, stderr.decode()
-    assert [(e.device, e.port, e.state) for e in mine] == [  # type: ignore[union-attr]
-        ("A09-P1-IBLEAF-04-04", 35, "down")]

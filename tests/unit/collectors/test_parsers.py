@@ -14,7 +14,7 @@ from collectors.ibnetdiscover import parse_nodes
 from collectors.lidmap import LidMap
 from collectors.probes import parse_ib_write_bw, parse_nccl_tests
 from collectors.publish import Publisher
-from collectors.smlog import infer_year, parse_opensm_log, parse_ufm_events
+from collectors.smlog import OpensmState, infer_year, parse_opensm_log, parse_ufm_events
 from collectors.telemetry import parse_gnmic, parse_sflowtool, parse_sonic_show, port_number
 from schemas import LEGACY_COUNTER_BITS
 
@@ -164,3 +164,17 @@ def test_a_byte_order_mark_is_not_part_of_the_output() -> None:
     opts = IngestOptions(fabric="lab", ts=1)
     assert parse_input("ibnetdiscover", b"\xef\xbb\xbf" + text, opts) == parse_input(
         "ibnetdiscover", text, opts)
+
+
+def test_opensm_state_carries_traps_year_and_line_numbers_across_chunks() -> None:
+    lines = (SAMPLES / "opensm-verbose-port-changes.log").read_text().splitlines(keepends=True)
+    state = OpensmState(year=2025)
+    first = parse_opensm_log(lines[0], fabric="lab", tz="UTC", year=2025, lids=LIDS,
+                             state=state)  # trap 128 from LID 73 only
+    assert first.events == [] and state.traps == {"A09-P1-IBLEAF-04-04": 128}
+    assert parse_opensm_log("", fabric="lab", tz="UTC", year=2025, state=state).events == []
+    rest = parse_opensm_log("".join(lines[1:]), fabric="lab", tz="UTC", year=2025, lids=LIDS,
+                            state=state)
+    whole = parse_opensm_log("".join(lines), fabric="lab", tz="UTC", year=2025, lids=LIDS)
+    assert rest.events == whole.events  # trap 128 attached, the year rolled over
+    assert [u.line for u in rest.unresolved] == [u.line for u in whole.unresolved] == [10]
