@@ -40,6 +40,9 @@ _COMPRESSION_AVAILABLE = {
 }
 
 
+_REAP_MIN = 4096  # pending delivery futures before the first scan for finished ones
+
+
 class PublishError(RuntimeError):
     """A message the broker did not acknowledge, or a publisher used outside its context."""
 
@@ -96,6 +99,7 @@ class Publisher:
         }
         self._producer: AIOKafkaProducer | None = None
         self._pending: list[asyncio.Future[Any]] = []
+        self._reap_at = _REAP_MIN
         self.sent = 0  # messages enqueued
         self.acked = 0  # messages acknowledged, as counted by flush()
 
@@ -167,7 +171,7 @@ class Publisher:
         future = await producer.send(topic, value=value, key=key)
         self._pending.append(future)
         self.sent += 1
-        if len(self._pending) >= 4096:
+        if len(self._pending) >= self._reap_at:
             await self._reap()
 
     async def _reap(self) -> None:
@@ -184,6 +188,9 @@ class Publisher:
             else:
                 self.acked += 1
         self._pending = still
+        # Next scan when the list has doubled: amortised O(1) per send even while the broker
+        # lags far behind (a fixed threshold rescanned every undelivered future on each send).
+        self._reap_at = max(_REAP_MIN, 2 * len(still))
         if failed is not None:
             raise PublishError(f"the broker did not acknowledge a message: {failed}") from failed
 
