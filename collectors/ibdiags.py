@@ -269,7 +269,8 @@ _LINK_CORE = re.compile(
 )
 _LI_SWITCH = re.compile(r"^Switch:\s*(0x[0-9a-fA-F]+)\s+(.*):\s*$")
 _LI_CA = re.compile(r"^(CA|Router):\s*(.*):\s*$")
-_LI_TAIL = re.compile(r'"[^"]*"\s*\(.*\)\s*$')
+# A disabled port's line ends with iblinkinfo's own "Port not available" instead (no note).
+_LI_TAIL = re.compile(r'"[^"]*"\s*\(.*\)\s*$|==>\s*"Port not available"\s*$')
 _LI_PORT_GUID = re.compile(r'^(0x[0-9a-fA-F]+)\s+(?:"(.*?)"\s+)?(\d+\s+\d+\[)')
 
 

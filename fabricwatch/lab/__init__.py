@@ -126,6 +126,9 @@ class LabStack:
         self.ibsim_log = self.dir / "ibsim.log"
         self.run_dir = self.dir / "run"
         self.net_path = self.dir / "fabric.net"
+        # The Popen objects of what this instance started, so that ``down`` reaps them
+        # (another process's ``lab down`` finds them by pid in lab.json instead).
+        self._procs: dict[str, subprocess.Popen[bytes]] = {}
 
     # ------------------------------------------------------------------ state
 
@@ -199,6 +202,7 @@ class LabStack:
                                          start_new_session=True)
         finally:
             os.close(console)
+        self._procs["ibsim"] = ibsim
         state: dict[str, Any] = {
             "socket": sock, "netfile": str(Path(netfile).resolve()), "started": time.time(),
             "ibsim": {"pid": ibsim.pid, "pgid": ibsim.pid, "exe": Path(self.ibsim).name},
@@ -219,6 +223,7 @@ class LabStack:
                     [self.opensm, "-F", str(conf), "-f", str(self.opensm_log)],
                     stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                     cwd=self.run_dir, env=tool_env, start_new_session=True)
+            self._procs["opensm"] = opensm
             state["opensm"] = {"pid": opensm.pid, "pgid": opensm.pid,
                                "exe": Path(self.opensm).name}
             self._save(state)
@@ -268,6 +273,10 @@ class LabStack:
                     os.killpg(pgid, signal.SIGKILL)
             _reap(pid)
             stopped.append(name)
+        for name, popen in list(self._procs.items()):
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                popen.wait(timeout=grace_s)
+            del self._procs[name]
         self.state_file.unlink(missing_ok=True)
         shutil.rmtree(self.run_dir, ignore_errors=True)
         return stopped
