@@ -1,0 +1,190 @@
+"""What the workloads promise: umad only in the fabric agent on fabric-management hosts,
+probes, sized resources, metrics scraping, secrets as files, default-deny networking, and
+configuration that the settings and the policy accept.
+
+The ledger's cluster DDL applied to the embedded engine with the cluster macros stubbed is
+tested by the ledger's own tests/integration/ledger/test_ledger_cluster.py (and
+tests/unit/ledger/test_cluster.py keeps deploy/clickhouse/cluster-ddl.sql current); here we
+check that the DDL Job ships exactly that file and the migration records that go with it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import yaml
+
+from fabricwatch.audit.k8s import K8sOptions, audit_manifest_text
+from fabricwatch.settings import Settings
+from ledger.cluster import generate
+from ledger.migrations import load_migrations
+from schemas.policy import Policy
+
+from .manifests import DEPLOY, build, env_configmap, find, one, pod_specs
+
+OVERLAYS = ("k8s/overlays/10k", "k8s/overlays/100k", "k8s/overlays/1m")
+FABRIC_AGENT = "fabricwatch-fabric-agent"
+HTTP_WORKLOADS = ("fabricwatch-streams", "fabricwatch-runbook-worker", "fabricwatch-dispatcher")
+
+
+def _module(path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_umad_only_in_the_fabric_agent_on_fabric_management_hosts(overlay: str) -> None:
+    for workload, spec in pod_specs(build(overlay)):
+        host_paths = {v["hostPath"]["path"] for v in spec.get("volumes", []) if "hostPath" in v}
+        assert not spec.get("hostNetwork") and not spec.get("hostPID")
+        for c in spec["containers"] + spec.get("initContainers", []):
+            sc = c.get("securityContext", {})
+            assert not sc.get("privileged") and sc.get("allowPrivilegeEscalation") is False
+            assert sc.get("capabilities", {}).get("drop") == ["ALL"]
+            assert not sc.get("capabilities", {}).get("add")
+        if workload["metadata"]["name"] != FABRIC_AGENT:
+            assert not host_paths, workload["metadata"]["name"]
+            continue
+        assert workload["metadata"]["namespace"] == "fabricwatch-fabric"
+        assert {p for p in host_paths if p.startswith("/dev/")} == {"/dev/infiniband/umad0"}
+        assert host_paths == {"/dev/infiniband/umad0", "/var/log/opensm"}
+        assert spec["nodeSelector"] == {"fabricwatch.io/fabric-management": "true"}
+        assert {"key": "fabricwatch.io/fabric-management", "operator": "Equal", "value": "true",
+                "effect": "NoSchedule"} in spec["tolerations"]
+        assert workload["kind"] == "StatefulSet" and workload["spec"]["replicas"] == 1
+        poller, follower = spec["containers"]
+        assert poller["args"][:2] == ["poll", "ibdiags"]
+        assert follower["args"][:2] == ["tail", "opensm"]
+        # the device only where the tools that need it run; the log read-only
+        assert [m["name"] for m in follower["volumeMounts"] if m["name"] == "umad"] == []
+        assert all(m.get("readOnly") for m in follower["volumeMounts"]
+                   if m["name"] == "opensm-log")
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_audit_finds_only_the_expected_umad_mount(overlay: str, tmp_path: Path) -> None:
+    text = "---\n".join(yaml.safe_dump(d) for d in build(overlay))
+    findings = audit_manifest_text(text, overlay, K8sOptions(
+        gpu_namespaces=frozenset({"fabricwatch", "fabricwatch-fabric"})))
+    assert [(f.rule, FABRIC_AGENT in f.reason) for f in findings] == [("K8S005", True)]
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_probes_resources_and_metrics(overlay: str) -> None:
+    docs = build(overlay)
+    port = int(env_configmap(docs)["FABRICWATCH_METRICS_PORT"])
+    for workload, spec in pod_specs(docs):
+        name = workload["metadata"]["name"]
+        for c in spec["containers"] + spec.get("initContainers", []):
+            res = c["resources"]
+            assert res["requests"]["cpu"] and res["requests"]["memory"], (name, c["name"])
+            assert res["limits"]["memory"], (name, c["name"])
+        if name in HTTP_WORKLOADS:
+            ann = spec and workload["spec"]["template"]["metadata"]["annotations"]
+            assert ann["prometheus.io/scrape"] == "true" and int(ann["prometheus.io/port"]) == port
+            [c] = spec["containers"]
+            assert {p["containerPort"] for p in c["ports"]} == {port}
+            assert c["livenessProbe"]["httpGet"]["path"] == "/metrics"
+            assert c["startupProbe"]["httpGet"]["port"] == "metrics"
+
+
+def test_streams_keep_rocksdb_state_on_a_volume_with_standbys() -> None:
+    docs = build("k8s/overlays/100k")
+    sts = one(docs, "StatefulSet", "fabricwatch-streams")
+    [claim] = sts["spec"]["volumeClaimTemplates"]
+    [c] = sts["spec"]["template"]["spec"]["containers"]
+    mount = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}[claim["metadata"]["name"]]
+    env = env_configmap(docs)
+    assert env["FABRICWATCH_STATE_DIR"] == mount  # streams/app.py: state_dir/streams/...
+    assert env["FABRICWATCH_STREAMS__STANDBY_REPLICAS"] == "1"
+    assert c["args"][0] == "worker"
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_secrets_are_files_and_the_settings_point_at_them(overlay: str) -> None:
+    for workload, spec in pod_specs(build(overlay)):
+        for c in spec["containers"]:
+            mounts = {m["name"]: m["mountPath"] for m in c.get("volumeMounts", [])}
+            secret_volumes = {v["name"] for v in spec.get("volumes", []) if "secret" in v}
+            for e in c.get("env", []):
+                if e["name"].endswith("_FILE"):
+                    dirs = [mounts[v] for v in secret_volumes if v in mounts]
+                    assert any(e["value"].startswith(d + "/") for d in dirs), \
+                        (workload["metadata"]["name"], e)
+                # no secret value passed inline
+                assert not any(word in e["name"] for word in ("PASSWORD", "M_KEY", "SM_KEY")) \
+                    or e["name"].endswith("_FILE") or "valueFrom" in e, e["name"]
+            for v in spec.get("volumes", []):
+                if "secret" in v and v["name"] in mounts:
+                    assert v["secret"]["defaultMode"] == 0o440
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_namespace_denies_by_default(overlay: str) -> None:
+    docs = build(overlay)
+    namespaces = {d["metadata"]["name"] for d in find(docs, "Namespace")}
+    assert namespaces == {"fabricwatch", "fabricwatch-fabric"}
+    for ns in namespaces:
+        deny = [d for d in find(docs, "NetworkPolicy") if d["metadata"]["namespace"] == ns
+                and d["spec"]["podSelector"] == {} and "ingress" not in d["spec"]
+                and "egress" not in d["spec"]]
+        assert deny and set(deny[0]["spec"]["policyTypes"]) == {"Ingress", "Egress"}, ns
+
+
+def test_the_environment_and_the_policy_are_accepted(monkeypatch: pytest.MonkeyPatch) -> None:
+    docs = build("k8s/overlays/100k")
+    for key, value in env_configmap(docs).items():
+        if key.startswith("FABRICWATCH_"):
+            monkeypatch.setenv(key, value)
+    settings = Settings()
+    assert settings.metrics_port == 9464 and settings.temporal.namespace == "fabricwatch"
+    assert settings.kafka.bootstrap_servers.endswith(":9092")
+    policies = [d for d in find(docs, "ConfigMap")
+                if d["metadata"]["name"].startswith("fabricwatch-policy-")]
+    policy = Policy.from_yaml(policies[0]["data"]["policy.yaml"])
+    assert policy.fabric_health.shadow.all is True  # a new deployment starts in shadow mode
+
+
+def test_the_ddl_job_ships_the_ledgers_cluster_ddl_and_its_migration_records() -> None:
+    docs = build("clickhouse")
+    [ddl] = [d for d in find(docs, "ConfigMap")
+             if d["metadata"]["name"].startswith("fabricwatch-ledger-ddl-")]
+    assert ddl["data"]["cluster-ddl.sql"] == generate()
+    record = _module(DEPLOY / "clickhouse" / "record_migrations.py")
+    assert ddl["data"]["schema-migrations.sql"] == record.generate(), \
+        "run `python deploy/clickhouse/record_migrations.py`"
+    job = one(docs, "Job", "fabricwatch-ledger-ddl")
+    [volume] = [v for v in job["spec"]["template"]["spec"]["volumes"] if "configMap" in v]
+    assert volume["configMap"]["name"] == ddl["metadata"]["name"]
+    script = job["spec"]["template"]["spec"]["containers"][0]["command"][-1]
+    assert script.index("cluster-ddl.sql") < script.index("schema-migrations.sql")
+    # the workers wait for the version the Job records
+    wait = [d for d in find(build("k8s/overlays/100k"), "ConfigMap")
+            if d["metadata"]["name"].startswith("fabricwatch-ledger-wait-")]
+    assert int(wait[0]["data"]["LEDGER_SCHEMA_VERSION"]) == load_migrations()[-1].version
+
+
+def test_the_clickhouse_cluster_is_what_the_ddl_expects() -> None:
+    docs = build("clickhouse")
+    chi = one(docs, "ClickHouseInstallation", "fabricwatch")
+    [cluster] = chi["spec"]["configuration"]["clusters"]
+    assert cluster["layout"]["shardsCount"] >= 1 and cluster["layout"]["replicasCount"] >= 2
+    keeper = one(docs, "ClickHouseKeeperInstallation", "fabricwatch-keeper")
+    assert keeper["spec"]["configuration"]["clusters"][0]["layout"]["replicasCount"] % 2 == 1
+    [node] = chi["spec"]["configuration"]["zookeeper"]["nodes"]
+    assert node["host"] == f"keeper-{keeper['metadata']['name']}"
+
+
+def test_topic_bytes_measurement_is_recorded() -> None:
+    import json
+
+    figures = json.loads((DEPLOY / "strimzi" / "topic-bytes.json").read_text())
+    counters = figures["per_step"]["fabric.counters"]
+    assert figures["ports"] > 100_000 and counters["zstd_bytes"] < counters["bytes"]
+    assert "machine" in figures and figures["command"].startswith("python deploy/strimzi/")
