@@ -7,6 +7,7 @@ by port, to the internal counter-downs topic for the flap agent.
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -18,27 +19,54 @@ if TYPE_CHECKING:
     from streams.app import StreamsApp
 
 
+# A device's state is written to its table when anything but sample times changed, and
+# otherwise at least every PERSIST_EVERY_MS of event time. Counters are cumulative: a state
+# restored with older times only makes the next delta span a longer interval, nothing is
+# lost; and any change of a counter value, episode or output is written at once.
+PERSIST_EVERY_MS = 30_000
+
+
 def register(sa: StreamsApp) -> None:
     table = sa.counters_table
+    # This worker's current states, ahead of the table by at most PERSIST_EVERY_MS of
+    # sample times. Cleared on every rebalance: the table (changelog) is the truth then.
+    cache: dict[bytes, dict[str, Any]] = {}
+
+    def on_revoked(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
+        cache.clear()
+
+    sa.app.on_partitions_revoked.connect(on_revoked)
 
     @sa.app.agent(sa.counters, name="counters")
     async def counters(stream: Any) -> None:
         async for event in stream.events():
             raw = event.value if isinstance(event.value, bytes) else b""
+            t_start = time.perf_counter()
             try:
                 msg = await sa.decode(event, registry.COUNTERS)
                 if not isinstance(msg, Counters):
                     continue
                 key = msg.device.encode()
-                stored = table.get(key)
-                value, detections, downs, _ = sa.engine.apply_counters(
-                    orjson.loads(stored) if stored else None, msg)
-                table[key] = orjson.dumps(value)
+                value = cache.get(key)
+                if value is None:
+                    stored = table.get(key)
+                    value = orjson.loads(stored) if stored else None
+                value, detections, downs, redelivered = sa.engine.apply_counters(value, msg)
+                cache[key] = value
+                state = value["s"]
+                if not redelivered and (state.pop("dirty", True) or detections or downs
+                                        or msg.ts - value.get("p", 0) >= PERSIST_EVERY_MS):
+                    value["p"] = msg.ts
+                    t0 = time.perf_counter()
+                    table[key] = orjson.dumps(value)
+                    sa.stats["persist_ms"] += (time.perf_counter() - t0) * 1000
+                    sa.stats["persisted"] += 1
                 sa.stats["events"] += 1
                 sa.stats["samples"] += len(msg.ports)
                 for d in downs:
                     await sa.counter_downs.send(key=f"{d.device}:{d.port}".encode(),
                                                 value=orjson.dumps(d.to_wire()))
                 await sa.publish(detections)
+                sa.stats["counters_ms"] += (time.perf_counter() - t_start) * 1000
             except Exception as exc:  # never die on a message
                 await sa.failed(raw, exc, event.message)

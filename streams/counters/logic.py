@@ -60,6 +60,7 @@ _I_SYM, _I_LER, _I_RCV, _I_DISC, _I_DOWN, _I_PRX, _I_PTX, _I_ECN, _I_PDUR = rang
 _MODEL_TRACKED = TRACKED[:-1]  # the last one is an optional extra field, not a model field
 _RATE_FIELDS = (_I_SYM, _I_LER, _I_RCV, _I_DISC)
 _CONGESTION = (_I_PRX, _I_PTX, _I_ECN, _I_PDUR)
+_ZEROS = [0] * len(TRACKED)
 # Sources that read the legacy (narrow) PortCounters registers unless told otherwise.
 LEGACY_SOURCES = frozenset({"perfquery"})
 # Per-lane data rate in Gb/s by IB speed, for the bits a link carried (symbol BER).
@@ -89,6 +90,7 @@ class CountersDetector:
 
     def __init__(self, policy: Policy,
                  expectation: Callable[[str, int], Expectation | None] | None = None) -> None:
+        self._dirty = False
         fh = policy.fabric_health
         er = fh.error_rates
         self.policy = policy
@@ -119,6 +121,7 @@ class CountersDetector:
         """Apply one counters message of one device."""
         if state is None:
             state = new_state()
+        self._dirty = False
         ports: dict[str, PortState] = state["ports"]
         ts = event.ts
         detections: list[Detection] = []
@@ -137,6 +140,7 @@ class CountersDetector:
             values.append(extra.get("pfc_pause_duration_us") if extra else None)
             if ps is None:
                 ports[key] = ps = [ts, values, None]
+                self._dirty = True
                 prev_ts = None
                 deltas: list[int] | None = None
             else:
@@ -145,25 +149,32 @@ class CountersDetector:
                     state["stale"] += 1
                     continue
                 last = ps[1]
-                deltas = []
-                reset = False
-                for i, v in enumerate(values):
-                    if v is None:
-                        deltas.append(0)
-                        values[i] = last[i]  # keep the last reading of a counter not reported
-                        continue
-                    p = last[i]
-                    if p is None:
-                        deltas.append(0)
-                    elif v >= p:
-                        deltas.append(v - p)
-                    else:  # a decrease is a reset: the new value counts from zero
-                        deltas.append(v)
-                        reset = True
                 ps[0] = ts
-                ps[1] = values
-                if reset:
-                    self._ext(ps)["r"] = self._ext(ps).get("r", 0) + 1
+                if values == last:
+                    # The fast path of a healthy port: no tracked counter moved. Deltas are
+                    # only needed to end an open episode.
+                    ext = ps[2]
+                    deltas = None if ext is None or "o" not in ext else _ZEROS
+                else:
+                    self._dirty = True
+                    deltas = []
+                    reset = False
+                    for i, v in enumerate(values):
+                        if v is None:
+                            deltas.append(0)
+                            values[i] = last[i]  # keep the last reading of one not reported
+                            continue
+                        p = last[i]
+                        if p is None:
+                            deltas.append(0)
+                        elif v >= p:
+                            deltas.append(v - p)
+                        else:  # a decrease is a reset: the new value counts from zero
+                            deltas.append(v)
+                            reset = True
+                    ps[1] = values
+                    if reset:
+                        self._ext(ps)["r"] = self._ext(ps).get("r", 0) + 1
             ext = ps[2]
             # Most samples stop here: no errors, no saturation, nothing open, link at plan.
             if deltas is not None and prev_ts is not None:
@@ -185,12 +196,16 @@ class CountersDetector:
                 self._saturation(ps, event, sample, detections)
             if fields["width"] is not None or fields["speed"] is not None:
                 self._degraded(ps, event, sample, detections)
+        # Whether anything but sample times changed: the worker persists a state whose only
+        # change is newer times less often (cumulative counters make that lossless).
+        state["dirty"] = self._dirty or bool(detections) or bool(downs)
         return state, detections, downs
 
     # -- the rarer paths ---------------------------------------------------------------------
 
-    @staticmethod
-    def _ext(ps: PortState) -> dict[str, Any]:
+    def _ext(self, ps: PortState) -> dict[str, Any]:
+        """The port's rarer state, for writing (which makes the device state dirty)."""
+        self._dirty = True
         if ps[2] is None:
             ps[2] = {}
         ext: dict[str, Any] = ps[2]
@@ -200,9 +215,9 @@ class CountersDetector:
               kind: DetectionKind, action: str, evidence: dict[str, Any],
               detections: list[Detection]) -> None:
         """Open the episode ``cond`` unless it is open; fire its one detection."""
-        opened = self._ext(ps).setdefault("o", {})
-        if cond in opened:
+        if self._is_open(ps, cond):
             return
+        opened = self._ext(ps).setdefault("o", {})
         eid = episode_id(kind, event.device, sample.port, event.ts, cond)
         opened[cond] = eid
         detections.append(make_detection(
@@ -211,8 +226,9 @@ class CountersDetector:
 
     def _close(self, ps: PortState, cond: str) -> None:
         ext = ps[2]
-        if ext is None or "o" not in ext:
+        if ext is None or cond not in ext.get("o", ()):
             return
+        self._dirty = True
         ext["o"].pop(cond, None)
         if not ext["o"]:
             del ext["o"]
@@ -371,9 +387,8 @@ class CountersDetector:
                   detections: list[Detection]) -> None:
         ext = ps[2]
         width, speed = sample.width, sample.speed
-        if (ext is not None and ext.get("w") == width and ext.get("s") == speed
-                and "degraded" not in ext.get("o", ())):
-            return  # unchanged and at or above expectation last time
+        if ext is not None and ext.get("w") == width and ext.get("s") == speed:
+            return  # unchanged since it was last judged
         if (ext is None and width == self.degraded.expect_width
                 and speed == self.degraded.expect_speed and self.expectation is None):
             return  # exactly the policy's expectation, nothing to keep

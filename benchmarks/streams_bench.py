@@ -1,0 +1,371 @@
+"""Benchmark: the stream worker's counters path and trap-to-detection latency, against a bare consumer.
+
+Run: .venv/bin/python benchmarks/streams_bench.py [--ports 100000] [--intervals 10]
+     [--latency-traps 300] [--no-ledger] [--bootstrap HOST:PORT]
+
+Without ``--bootstrap`` it starts its own Kafka broker (the local stack, free ports, a
+temporary folder). In one run:
+
+1. Throughput. ``--intervals`` rounds of counters for ``--ports`` ports (64-port device
+   batches, healthy fabric with 1 % of ports erroring) are produced to ``fabric.counters``.
+   A bare aiokafka consumer that only decodes them (``schemas.decode``) sets the floor; then
+   ``fabricwatch worker`` (Faust, RocksDB tables with changelogs, ledger sink unless
+   ``--no-ledger``) consumes the same messages from the start: its rate is measured from
+   "Worker ready" until its committed offsets reach the end of the topic.
+2. Latency. With the worker caught up and counters still arriving at the target rate
+   (``--ports`` per 10 s), ports get two downs, then a third one (a flap) at a steady pace;
+   each third down's publish time is compared with the arrival of its ``flap`` detection
+   on ``fabric.detections`` (p50/p99), and with the arrival of the trap itself at a bare
+   decoding consumer of ``fabric.port-events`` in the same process (the floor).
+
+Writes benchmarks/results/streams.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks._machine import write_result  # noqa: E402
+from schemas import ContractError, PortEvent, decode  # noqa: E402
+
+PORTS_PER_DEVICE = 64
+FABRICWATCH = str(Path(sys.executable).parent / "fabricwatch")
+
+
+@contextlib.contextmanager
+def broker(bootstrap: str | None, state: Path) -> Iterator[str]:
+    if bootstrap:
+        yield bootstrap
+        return
+    from fabricwatch.settings import KafkaSettings, Settings
+    from fabricwatch.stack import LocalStack
+    from fabricwatch.stack_config import free_ports
+
+    a, b = free_ports(2)
+    settings = Settings(state_dir=state / "stack", kafka=KafkaSettings(port=a, controller_port=b))
+    stack = LocalStack(settings, services=["kafka"], timeout=180)
+    stack.up()
+    try:
+        yield settings.kafka.bootstrap_servers
+    finally:
+        stack.down()
+
+
+def counters_batch(device: str, seq: int, ts: int, errs: bool) -> bytes:
+    ports = []
+    for p in range(1, PORTS_PER_DEVICE + 1):
+        bad = errs and p == 1
+        ports.append({
+            "port": p, "symbol_errors": seq * 50 if bad else 0, "link_error_recovery": 0,
+            "link_downed": 0, "rcv_errors": seq if bad else 0, "rcv_remote_phys_errors": 0,
+            "xmit_discards": 0, "xmit_wait": 1_000_000 + seq * 17 * p,
+            "local_link_integrity_errors": 0, "excessive_buffer_overrun": 0,
+            "fec_corrected": seq * 1000 + p, "fec_uncorrectable": 0, "raw_ber": 1.5e-9,
+            "effective_ber": 1e-15, "width": "4X", "speed": "NDR"})
+    return orjson.dumps({"v": 1, "id": f"{device}/{seq}", "ts": ts, "fabric": "bench",
+                         "source": "gnmi", "kind": "counters", "device": device,
+                         "ports": ports})
+
+
+def devices_for(ports: int) -> list[str]:
+    n = max(1, ports // PORTS_PER_DEVICE)
+    return [f"leaf-su{d // 32:02d}-r{d % 32}" for d in range(n)]
+
+
+async def produce_counters(bootstrap: str, devices: list[str], intervals: int,
+                           base: int) -> int:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=20,
+                                max_batch_size=1 << 20, compression_type="lz4", acks=1)
+    await producer.start()
+    n = 0
+    try:
+        for i in range(intervals):
+            for d, dev in enumerate(devices):
+                value = counters_batch(dev, i, base + i * 10_000, errs=d % 100 == 0)
+                await producer.send("fabric.counters", value, key=dev.encode())
+                n += 1
+        await producer.flush()
+    finally:
+        await producer.stop()
+    return n
+
+
+async def bare_throughput(bootstrap: str, total: int) -> tuple[float, int]:
+    consumer = AIOKafkaConsumer("fabric.counters", bootstrap_servers=bootstrap,
+                                auto_offset_reset="earliest", group_id=None,
+                                max_partition_fetch_bytes=8 << 20)
+    await consumer.start()
+    samples = 0
+    seen = 0
+    t0: float | None = None
+    try:
+        while seen < total:
+            batch = await consumer.getmany(timeout_ms=500, max_records=2000)
+            if t0 is None and batch:
+                t0 = time.perf_counter()
+            for records in batch.values():
+                for r in records:
+                    seen += 1
+                    try:
+                        ev = decode(r.value or b"")
+                    except ContractError:
+                        continue  # the worker dead-letters these; counted as messages
+                    samples += len(getattr(ev, "ports", ()))
+        assert t0 is not None
+        return time.perf_counter() - t0, samples
+    finally:
+        await consumer.stop()
+
+
+class WorkerProc:
+    def __init__(self, bootstrap: str, state: Path, app_id: str, ledger: bool) -> None:
+        self.log = state / f"{app_id}.log"
+        env = {**os.environ, "FABRICWATCH_STATE_DIR": str(state),
+               "FABRICWATCH_KAFKA__BOOTSTRAP": bootstrap}
+        args = [FABRICWATCH, "worker", "--app-id", app_id, "--loglevel", "info"]
+        if not ledger:
+            args.append("--no-ledger")
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env)
+
+    def wait_ready(self, timeout: float = 180) -> float:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if b"Worker ready" in self.log.read_bytes():
+                return time.perf_counter()
+            if self.proc.poll() is not None:
+                raise RuntimeError(self.log.read_bytes()[-3000:].decode(errors="replace"))
+            time.sleep(0.05)
+        raise RuntimeError("worker not ready")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+
+async def committed_total(bootstrap: str, group: str, tps: list[TopicPartition]) -> int:
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group,
+                                enable_auto_commit=False)
+    await consumer.start()
+    try:
+        total = 0
+        for tp in tps:
+            off = await consumer.committed(tp)
+            total += off or 0
+        return total
+    finally:
+        await consumer.stop()
+
+
+async def end_offsets(bootstrap: str, topic: str) -> tuple[list[TopicPartition], int]:
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None)
+    await consumer.start()
+    try:
+        parts = consumer.partitions_for_topic(topic)
+        if not parts:
+            await consumer._client.force_metadata_update()  # noqa: SLF001 - first lookup
+            parts = consumer.partitions_for_topic(topic) or set()
+        tps = [TopicPartition(topic, p) for p in sorted(parts)]
+        ends = await consumer.end_offsets(tps)
+        return tps, sum(ends.values())
+    finally:
+        await consumer.stop()
+
+
+async def latency_phase(bootstrap: str, devices: list[str], n_traps: int, rate_per_s: float,
+                        base: int) -> dict[str, Any]:
+    tag = uuid.uuid4().hex[:6]
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=0, acks=1)
+    await producer.start()
+    det_consumer = AIOKafkaConsumer("fabric.detections", bootstrap_servers=bootstrap,
+                                    auto_offset_reset="latest", group_id=None)
+    bare_consumer = AIOKafkaConsumer("fabric.port-events", bootstrap_servers=bootstrap,
+                                     auto_offset_reset="latest", group_id=None)
+    await det_consumer.start()
+    await bare_consumer.start()
+    for c in (det_consumer, bare_consumer):  # position at the end before sending anything
+        await c.getmany(timeout_ms=1000)
+    sent: dict[str, float] = {}
+    det_at: dict[str, float] = {}
+    bare_at: dict[str, float] = {}
+    stop = asyncio.Event()
+
+    def port_event(dev: str, n: int, ts: int) -> bytes:
+        return orjson.dumps({"v": 1, "kind": "port_event", "id": f"{dev}:1/{n}", "ts": ts,
+                             "fabric": "bench", "source": "opensm", "device": dev, "port": 1,
+                             "state": "down"})
+
+    async def read_detections() -> None:
+        while not stop.is_set():
+            batch = await det_consumer.getmany(timeout_ms=100)
+            now = time.time()
+            for records in batch.values():
+                for r in records:
+                    obj = orjson.loads(r.value or b"{}")
+                    if obj.get("detection") == "flap" and tag in obj.get("device", ""):
+                        det_at.setdefault(obj["device"], now)
+
+    async def read_bare() -> None:
+        while not stop.is_set():
+            batch = await bare_consumer.getmany(timeout_ms=100)
+            now = time.time()
+            for records in batch.values():
+                for r in records:
+                    try:
+                        ev = decode(r.value or b"")
+                    except ContractError:
+                        continue
+                    if isinstance(ev, PortEvent) and tag in ev.device and ev.id.endswith("/2"):
+                        bare_at.setdefault(ev.device, now)
+
+    async def background_counters() -> None:
+        # the target load: every port every 10 s, spread evenly
+        prod = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5,
+                                compression_type="lz4", acks=1)
+        await prod.start()
+        try:
+            seq = 1000
+            while not stop.is_set():
+                t0 = time.perf_counter()
+                ts = int(time.time() * 1000)
+                for i, dev in enumerate(devices):
+                    if stop.is_set():
+                        break
+                    await prod.send("fabric.counters", counters_batch(dev, seq, ts, False),
+                                    key=dev.encode())
+                    due = t0 + 10.0 * (i + 1) / len(devices)
+                    if (delay := due - time.perf_counter()) > 0:
+                        await asyncio.sleep(delay)
+                seq += 1
+        finally:
+            await prod.stop()
+
+    tasks = [asyncio.create_task(read_detections()), asyncio.create_task(read_bare()),
+             asyncio.create_task(background_counters())]
+    try:
+        now_ms = int(time.time() * 1000)
+        names = [f"bench-{tag}-{i}/mlx5_0" for i in range(n_traps)]
+        for dev in names:  # two downs each, well inside the window
+            for n in range(2):
+                await producer.send("fabric.port-events", port_event(dev, n, now_ms - 60_000 + n),
+                                    key=f"{dev}:1".encode())
+        await producer.flush()
+        await asyncio.sleep(3)
+        for dev in names:
+            sent[dev] = time.time()
+            await producer.send("fabric.port-events", port_event(dev, 2, int(sent[dev] * 1000)),
+                                key=f"{dev}:1".encode())
+            await asyncio.sleep(1 / rate_per_s)
+        await asyncio.sleep(5)  # the stragglers: p99 is measured, not waited for
+    finally:
+        stop.set()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await producer.stop()
+        await det_consumer.stop()
+        await bare_consumer.stop()
+    worker_ms = sorted((det_at[d] - sent[d]) * 1000 for d in det_at if d in sent)
+    bare_ms = sorted((bare_at[d] - sent[d]) * 1000 for d in bare_at if d in sent)
+
+    def pct(xs: list[float], q: float) -> float:
+        return round(xs[min(len(xs) - 1, int(q * len(xs)))], 1) if xs else float("nan")
+
+    return {
+        "traps": n_traps, "detections_seen": len(worker_ms), "bare_seen": len(bare_ms),
+        "trap_rate_per_s": rate_per_s,
+        "p50_ms": pct(worker_ms, 0.5), "p99_ms": pct(worker_ms, 0.99),
+        "max_ms": round(max(worker_ms), 1) if worker_ms else None,
+        "bare_p50_ms": pct(bare_ms, 0.5), "bare_p99_ms": pct(bare_ms, 0.99),
+        "mean_ms": round(statistics.fmean(worker_ms), 1) if worker_ms else None,
+    }
+
+
+async def run(args: argparse.Namespace, state: Path, bootstrap: str) -> dict[str, Any]:
+    devices = devices_for(args.ports)
+    base = int(time.time() * 1000) - 3 * 3600_000
+    t = time.perf_counter()
+    messages = await produce_counters(bootstrap, devices, args.intervals, base)
+    produce_s = time.perf_counter() - t
+    tps, end_total = await end_offsets(bootstrap, "fabric.counters")
+    bare_s, samples = await bare_throughput(bootstrap, end_total)
+    app_id = f"bench-{uuid.uuid4().hex[:8]}"
+    worker = WorkerProc(bootstrap, state, app_id, ledger=not args.no_ledger)
+    try:
+        ready = await asyncio.to_thread(worker.wait_ready)
+        while True:
+            done = await committed_total(bootstrap, app_id, tps)
+            if done >= end_total:
+                break
+            if worker.proc.poll() is not None:
+                raise RuntimeError(worker.log.read_bytes()[-3000:].decode(errors="replace"))
+            await asyncio.sleep(0.2)
+        worker_s = time.perf_counter() - ready
+        latency = await latency_phase(bootstrap, devices, args.latency_traps,
+                                      args.trap_rate, base)
+    finally:
+        worker.stop()
+    log_tail = worker.log.read_bytes()[-2000:].decode(errors="replace")
+    errors = log_tail.count("ERROR")
+    worker_rate = samples / worker_s
+    bare_rate = samples / bare_s
+    return {
+        "ports": len(devices) * PORTS_PER_DEVICE, "intervals": args.intervals,
+        "messages": messages, "port_samples": samples, "ledger_sink": not args.no_ledger,
+        "produce_s": round(produce_s, 2),
+        "port_samples_per_s": round(worker_rate),
+        "bare_port_samples_per_s": round(bare_rate),
+        "ratio_to_bare": round(worker_rate / bare_rate, 3),
+        "worker_catch_up_s": round(worker_s, 2),
+        "target_port_samples_per_s": len(devices) * PORTS_PER_DEVICE / 10,
+        "headroom_vs_target": round(worker_rate / (len(devices) * PORTS_PER_DEVICE / 10), 2),
+        "latency": latency,
+        "latency_ratio_p50_to_bare": (round(latency["p50_ms"] / latency["bare_p50_ms"], 2)
+                                      if latency["bare_p50_ms"] else None),
+        "latency_ratio_p99_to_bare": (round(latency["p99_ms"] / latency["bare_p99_ms"], 2)
+                                      if latency["bare_p99_ms"] else None),
+        "worker_log_errors_in_tail": errors,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ports", type=int, default=100_000)
+    parser.add_argument("--intervals", type=int, default=10)
+    parser.add_argument("--latency-traps", type=int, default=300)
+    parser.add_argument("--trap-rate", type=float, default=20.0)
+    parser.add_argument("--no-ledger", action="store_true")
+    parser.add_argument("--bootstrap", default=None)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="fw-streams-bench-") as tmp:
+        state = Path(tmp)
+        with broker(args.bootstrap, state) as bootstrap:
+            figures = asyncio.run(run(args, state, bootstrap))
+    command = "python benchmarks/streams_bench.py " + " ".join(sys.argv[1:])
+    path = write_result("streams", figures, command.strip())
+    print(orjson.dumps(figures, option=orjson.OPT_INDENT_2).decode())
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
