@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -77,9 +78,35 @@ class Position:
     dev: int
     inode: int
     offset: int
+    head: str = ""  # hash of the file's first head_len bytes: an inode number can be reused
+    head_len: int = 0
 
-    def to_json(self) -> dict[str, int]:
-        return {"dev": self.dev, "inode": self.inode, "offset": self.offset}
+    def to_json(self) -> dict[str, Any]:
+        return {"dev": self.dev, "inode": self.inode, "offset": self.offset,
+                "head": self.head, "head_len": self.head_len}
+
+
+HEAD_BYTES = 256
+
+
+def _head(path: Path, length: int) -> str:
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(length)
+    except OSError:
+        return ""
+    return hashlib.sha256(data).hexdigest()[:16] if len(data) == length else ""
+
+
+def _is(path: Path, pos: Position) -> bool:
+    """``path`` is the file ``pos`` was taken in: same inode and same first bytes."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    if (st.st_dev, st.st_ino) != (pos.dev, pos.inode):
+        return False
+    return not pos.head_len or _head(path, pos.head_len) == pos.head
 
 
 class LogFollower:
@@ -97,7 +124,8 @@ class LogFollower:
     def _load(self) -> Position | None:
         try:
             data = json.loads(self.state_file.read_text(encoding="utf-8"))
-            return Position(int(data["dev"]), int(data["inode"]), int(data["offset"]))
+            return Position(int(data["dev"]), int(data["inode"]), int(data["offset"]),
+                            str(data.get("head", "")), int(data.get("head_len", 0)))
         except (FileNotFoundError, KeyError, TypeError, ValueError):
             return None
 
@@ -105,6 +133,10 @@ class LogFollower:
         """Save the position after the lines returned so far (call once they are published)."""
         if self._pos is None:
             return
+        if self._fh is not None and self._pos.head_len < min(HEAD_BYTES, self._pos.offset):
+            length = min(HEAD_BYTES, self._pos.offset)
+            self._pos.head = hashlib.sha256(os.pread(self._fh.fileno(), length, 0)).hexdigest()[:16]
+            self._pos.head_len = length
         data = self._pos.to_json()
         if data == self._committed:
             return
@@ -115,7 +147,7 @@ class LogFollower:
         self._committed = data
 
     # -- opening
-    def _open(self, path: Path, offset: int) -> bool:
+    def _open(self, path: Path, offset: int, known: Position | None = None) -> bool:
         try:
             fh = open(path, "rb")  # noqa: SIM115 - kept open across calls on purpose
         except FileNotFoundError:
@@ -127,6 +159,8 @@ class LogFollower:
         self._close()
         self._fh = fh
         self._pos = Position(st.st_dev, st.st_ino, offset)
+        if known is not None and offset:
+            self._pos.head, self._pos.head_len = known.head, known.head_len
         return True
 
     def _close(self) -> None:
@@ -145,21 +179,14 @@ class LogFollower:
         if saved is None:
             self._open(self.path, 0)
             return out
-        try:
-            st = os.stat(self.path)
-            same = (st.st_dev, st.st_ino) == (saved.dev, saved.inode)
-        except FileNotFoundError:
-            same = False
-        if same:
-            self._open(self.path, saved.offset)
+        if _is(self.path, saved):
+            self._open(self.path, saved.offset, saved)
             return out
         for cand in self._rotated_candidates():
-            with contextlib.suppress(OSError):
-                cst = os.stat(cand)
-                if (cst.st_dev, cst.st_ino) == (saved.dev, saved.inode):
-                    if self._open(cand, saved.offset):
-                        out = self._drain()
-                    break
+            if _is(cand, saved):
+                if self._open(cand, saved.offset, saved):
+                    out = self._drain()
+                break
         else:
             self.lost.append(f"the file read last (inode {saved.inode}) is gone; lines "
                              f"after offset {saved.offset} of it were not read")
