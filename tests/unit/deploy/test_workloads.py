@@ -11,9 +11,11 @@ check that the DDL Job ships exactly that file and the migration records that go
 from __future__ import annotations
 
 import importlib.util
+import re
 from pathlib import Path
 from types import ModuleType
 
+import click
 import pytest
 import yaml
 
@@ -61,10 +63,13 @@ def test_umad_only_in_the_fabric_agent_on_fabric_management_hosts(overlay: str) 
         poller, follower = spec["containers"]
         assert poller["args"][:2] == ["poll", "ibdiags"]
         assert follower["args"][:2] == ["tail", "opensm"]
-        # the device only where the tools that need it run; the log read-only
-        assert [m["name"] for m in follower["volumeMounts"] if m["name"] == "umad"] == []
+        # both run infiniband-diags (the follower resolves traps with iblinkinfo); the log
+        # is read-only, and the keys go only where the poller runs
+        for c in (poller, follower):
+            assert "umad" in {m["name"] for m in c["volumeMounts"]}
         assert all(m.get("readOnly") for m in follower["volumeMounts"]
                    if m["name"] == "opensm-log")
+        assert "fabric-keys" not in {m["name"] for m in follower["volumeMounts"]}
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
@@ -188,3 +193,34 @@ def test_topic_bytes_measurement_is_recorded() -> None:
     counters = figures["per_step"]["fabric.counters"]
     assert figures["ports"] > 100_000 and counters["zstd_bytes"] < counters["bytes"]
     assert "machine" in figures and figures["command"].startswith("python deploy/strimzi/")
+
+
+def _resolve(group: click.Group, args: list[str]) -> click.Context:
+    """Parse ``args`` down the command tree as click would, without running anything
+    (the groups on the way take no options, so the first token names the sub-command)."""
+    ctx = click.Context(group, info_name="fabricwatch")
+    command: click.Command = group
+    rest = list(args)
+    while isinstance(command, click.Group):
+        name, rest = rest[0], rest[1:]
+        sub = command.get_command(ctx, name)
+        assert sub is not None, (name, args)
+        ctx, command = click.Context(sub, info_name=name, parent=ctx), sub
+    return command.make_context(ctx.info_name, rest, parent=ctx.parent)
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_fabricwatch_command_line_parses(overlay: str) -> None:
+    from fabricwatch.cli import main
+
+    docs = build(overlay)
+    env = env_configmap(docs)
+    seen = set()
+    for _workload, spec in pod_specs(docs):
+        for c in spec["containers"]:
+            if c.get("command") != ["fabricwatch"]:
+                continue
+            args = [re.sub(r"\$\((\w+)\)", lambda m: env[m.group(1)], a) for a in c["args"]]
+            ctx = _resolve(main, args)
+            seen.add(ctx.command.name)
+    assert seen == {"worker", "runbook-worker", "ibdiags", "opensm"}
