@@ -99,7 +99,8 @@ def build() -> dict[str, Any]:
                    (12, 17)),
         {"id": 101, "type": "row", "title": "Runbooks", "collapsed": False,
          "gridPos": {"x": 0, "y": 25, "w": 24, "h": 1}, "panels": []},
-        prom_panel(7, "Runbooks by status", [("sum by (status) (fabricwatch_runbooks)", "{{status}}")],
+        # every runbook pod reports the same cluster-wide counts: max, not sum
+        prom_panel(7, "Runbooks by status", [("max by (status) (fabricwatch_runbooks)", "{{status}}")],
                    (0, 26)),
         prom_panel(8, "Dispatcher: detections per second, by outcome",
                    [(f"sum by (outcome) (rate(fabricwatch_runbook_dispatch_total[{rate}]))", "{{outcome}}")],

@@ -125,3 +125,12 @@ def test_dashboard_panels_are_well_formed() -> None:
     for panel in ledger:
         [target] = panel["targets"]
         assert "{fabric:String}" not in target["rawSql"] and "'${fabric}'" in target["rawSql"]
+
+
+def test_cluster_wide_runbook_gauges_are_never_summed_across_pods() -> None:
+    # every runbook pod reports the same values; a sum would multiply them by the pod count
+    direct_sum = re.compile(r"\bsum\b(\s+by\s*\([^)]*\))?\s*\(\s*fabricwatch_(runbooks|breaker_"
+                            r"(isolated_ports|limit|open|refused_total))\b")
+    exprs = prom_exprs() + [r["expr"] for r in alert_rules()]
+    assert not [e for e in exprs if direct_sum.search(e)]
+    assert direct_sum.search("sum by (status) (fabricwatch_runbooks)")
