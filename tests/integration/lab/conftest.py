@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import shutil
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from fabricwatch.lab import UMAD2SIM, LabStack
-from sim.topology import generate
+sys.path.insert(0, str(Path(__file__).parent))  # lab_helpers, shared with the tests
+
+from lab_helpers import LAB_POLICY, StreamsWorker  # noqa: E402
+
+from fabricwatch.lab import UMAD2SIM, LabStack  # noqa: E402
+from sim.topology import generate  # noqa: E402
 
 MISSING = [tool for tool in ("ibsim", "opensm", "ibnetdiscover", "perfquery", "iblinkinfo",
                              "ibportstate") if shutil.which(tool) is None]
@@ -30,3 +35,14 @@ def lab(tmp_path: Path) -> Iterator[LabStack]:
         yield stack
     finally:
         stack.down()
+
+
+@pytest.fixture
+def streams_worker(kafka_bootstrap: str, tmp_path: Path) -> Iterator[StreamsWorker]:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(LAB_POLICY, encoding="utf-8")
+    worker = StreamsWorker(kafka_bootstrap, tmp_path / "worker", policy)
+    try:
+        yield worker
+    finally:
+        worker.stop()

@@ -4,10 +4,11 @@ ibsim simulates the fabric, the real opensm manages it and infiniband-diags quer
 
 * a flapping link injected on ibsim's console -> opensm logs trap 128 -> the log follower
   (``OpensmTail``, resolving the trap with an iblinkinfo scan) -> ``fabric.port-events`` on the
-  real broker -> the flap detector (the streams engine, fed from the topic) -> the dispatcher
-  starts ``PortRemediation`` on the real Temporal server with the opensm adapter -> the port is
-  disabled with ``ibportstate`` (``iblinkinfo`` says ``Disabled``) -> after the technician's
-  step and the return-to-service checks it is enabled again;
+  real broker -> the flap detector in the real ``fabricwatch worker`` (Faust) ->
+  ``fabric.detections`` -> the dispatcher starts ``PortRemediation`` on the real Temporal
+  server with the opensm adapter -> the port is disabled with ``ibportstate`` (``iblinkinfo``
+  says ``Disabled``) -> after the technician's step and the return-to-service checks it is
+  enabled again;
 * a swap injected on the console is found by the topology diff on ibnetdiscover's output;
 * counters set with ``PerformanceSet`` (saturated legacy registers too) arrive through the
   poller as the right ``counters`` events.
@@ -24,6 +25,7 @@ from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer  # type: ignore[import-untyped]
+from lab_helpers import LAB_POLICY, StreamsWorker
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
@@ -42,7 +44,7 @@ from collectors.publish import Publisher
 from fabricwatch.lab import LabStack
 from schemas import Counters, Detection, PortEvent, decode
 from schemas.policy import Policy
-from schemas.topics import COUNTERS, PORT_EVENTS
+from schemas.topics import COUNTERS, DETECTIONS, PORT_EVENTS
 from sim.topology import generate
 from streams.engine import Engine
 from streams.topology.logic import diff
@@ -64,12 +66,6 @@ pytestmark = [pytest.mark.lab, pytest.mark.integration]
 
 FAST = ActivityTimeouts(record=10, controller=20, evidence=20, evidence_heartbeat=10, ticket=10,
                         check=20, check_heartbeat=10, budget=10)
-POLICY = """
-fabricHealth:
-  flapDampening: {window: 30m, maxLinkDowns: 2, action: isolatePort}
-  breaker: {maxIsolatedPortsPerSU: 50%}
-  runbook: {cleanCountersWait: 1s}
-"""
 
 
 async def phys_state(runner: ToolRunner, device: str, port: int) -> str:
@@ -104,11 +100,13 @@ async def consume(bootstrap: str, topic: str, keep: Callable[[Any], bool],
 
 
 async def test_flap_in_ibsim_is_isolated_by_the_runbook_and_returned(
-        lab: LabStack, kafka_bootstrap: str, temporal_target: str, tmp_path: Path) -> None:
+        lab: LabStack, kafka_bootstrap: str, temporal_target: str, tmp_path: Path,
+        streams_worker: StreamsWorker) -> None:
     fabric = f"lab{uuid.uuid4().hex[:8]}"
     device, port = "leaf-su01-r0", 2  # cabled to node0002/mlx5_0
     runner = lab.tool_runner()
-    policy = Policy.from_yaml(POLICY)
+    policy = Policy.from_yaml(LAB_POLICY)
+    worker_ready = asyncio.create_task(asyncio.to_thread(streams_worker.start))
     stop = asyncio.Event()
     async with Publisher(kafka_bootstrap) as pub:
         # The poller's discovery publishes the topology the follower resolves LIDs with.
@@ -143,13 +141,21 @@ async def test_flap_in_ibsim_is_isolated_by_the_runbook_and_returned(
     # the host end left and joined the subnet as opensm logged it (drop_mgr / new port)
     assert any(e.device == "node0002/mlx5_0" and e.state == "down" for e in events)
 
-    engine = Engine(policy)
-    detections: list[Detection] = []
-    for ev in sorted(events, key=lambda e: (e.ts, e.id)):
-        detections += engine.feed(ev)
+    # what the real stream worker made of them (it reads fabric.port-events from Kafka)
+    await worker_ready
+    detections = await consume(
+        kafka_bootstrap, DETECTIONS.name,
+        lambda e: isinstance(e, Detection) and e.fabric == fabric,
+        lambda got: any(d.device == device and d.port == port for d in got), within=60)
     flaps = [d for d in detections if d.device == device and d.port == port]
     assert len(flaps) == 1 and flaps[0].detection == "flap", detections
+    assert not [d for d in detections if d.detection == "degraded_link"], detections
     assert flaps[0].action == "isolate_port"
+    # the in-process engine (what ``replay`` runs) agrees with the worker on this port
+    engine = Engine(policy)
+    replayed = [d for ev in sorted(events, key=lambda e: (e.ts, e.id)) for d in engine.feed(ev)
+                if d.device == device and d.port == port]
+    assert [d.episode for d in replayed] == [flaps[0].episode]
 
     client = await Client.connect(temporal_target, data_converter=pydantic_data_converter)
     task_queue = f"lab-{uuid.uuid4().hex[:8]}"
@@ -165,6 +171,10 @@ async def test_flap_in_ibsim_is_isolated_by_the_runbook_and_returned(
     worker = build_worker(client, task_queue,
                           activity_functions(acts, BudgetActivities(client, task_queue)))
     async with worker:
+        # The dispatcher's own handling of one detection (run_dispatcher does this per
+        # message). Only the switch end's runbook is started here: the host end
+        # (node0002/mlx5_0:1) flapped too and has its own detection, but its LID is reached
+        # through this very port, so once this port is disabled its runbook can only wait.
         assert await dispatcher.handle(flaps[0])
         handle = client.get_workflow_handle_for(
             PortRemediation.run, f"remediate/{fabric}/{device}:{port}")
