@@ -21,7 +21,7 @@ from pathlib import Path
 import click
 
 from collectors.live.tools import check_arg
-from fabricwatch.lab import LabError, LabStack
+from fabricwatch.lab import COUNTER_NAME, LabError, LabStack
 from fabricwatch.settings import Settings, load_settings
 
 TOOLS = ("ibnetdiscover", "iblinkinfo", "perfquery", "ibqueryerrors", "ibportstate",
@@ -158,8 +158,9 @@ def counters(ctx: click.Context, where: str, values: tuple[str, ...]) -> None:
     parsed: dict[str, int] = {}
     for item in values:
         name, sep, value = item.partition("=")
-        if not sep or not value.isdigit():
-            raise click.BadParameter(f"{item!r} is not NAME=VALUE")
+        if not sep or not value.isdigit() or not COUNTER_NAME.match(name):
+            raise click.BadParameter(f"{item!r} is not NAME=VALUE (NAME a PortCounters or "
+                                     "PortCountersExtended field, VALUE an integer)")
         parsed[name] = int(value)
     stack = _lab(ctx)
     _run(lambda: stack.set_counters(device, port, parsed))

@@ -42,7 +42,7 @@ UMAD2SIM = Path("/usr/lib/x86_64-linux-gnu/umad2sim/libumad2sim.so")
 _NODE = re.compile(r'^(Switch|Ca|Rt)\s+(\d+)\s+"([^"]+)"\s*(?:#\s*"([^"]*)")?')
 _GUID_LINE = re.compile(r"^(switchguid|caguid|rtguid|sysimgguid)=(0x[0-9a-fA-F]+)")
 _PORT_LINE = re.compile(r'^\[(\d+)\](?:\([0-9a-fA-F]+\))?\s+"([^"]+)"\[(\d+)\]')
-_COUNTER = re.compile(r"^(?:(PortCounters|PortCountersExtended)\.)?([A-Za-z][A-Za-z0-9]{1,63})$")
+COUNTER_NAME = re.compile(r"^(?:(PortCounters|PortCountersExtended)\.)?([A-Za-z][A-Za-z0-9]{1,63})$")
 _DEVICE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_./:@+-]{0,127}$")
 DEFAULT_LIMITS = {"-N": 8192, "-S": 2048, "-P": 65536}
 
@@ -398,7 +398,7 @@ class LabStack:
         end = self._end(device, port)
         cmds = []
         for name, value in values.items():
-            m = _COUNTER.match(name)
+            m = COUNTER_NAME.match(name)
             if m is None:
                 raise LabError(f"{name!r} is not a PortCounters / PortCountersExtended field")
             if isinstance(value, bool) or not 0 <= int(value) < 1 << 64:
