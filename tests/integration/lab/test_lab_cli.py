@@ -31,6 +31,13 @@ def fw(env: dict[str, str], *args: str, timeout: float = 60) -> subprocess.Compl
                           timeout=timeout, check=False)
 
 
+def start(env: dict[str, str], log: Path, *args: str) -> subprocess.Popen[bytes]:
+    """A long-running command in a session of its own (stopped with its process group)."""
+    with log.open("wb") as out:
+        return subprocess.Popen([FABRICWATCH, *args], env=env, stdout=out,  # noqa: S603
+                                stderr=subprocess.STDOUT, start_new_session=True)
+
+
 async def collect(bootstrap: str, topic: str, fabric: str, want: int, within: float) -> list:
     consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=None,
                                 auto_offset_reset="earliest", enable_auto_commit=False)
@@ -67,10 +74,7 @@ async def test_lab_commands_poll_and_tail(tmp_path: Path, kafka_bootstrap: str) 
         topo = await collect(kafka_bootstrap, TOPOLOGY.name, fabric, 1, 30)
         assert isinstance(topo[0], Topology) and len(topo[0].links) == 32
         log = LabStack(tmp_path / "state").opensm_log
-        with (tmp_path / "tail.log").open("wb") as out:
-            tail = subprocess.Popen([FABRICWATCH, "tail", "opensm", str(log), "--lab"],  # noqa: S603
-                                    env=env, stdout=out, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
+        tail = start(env, tmp_path / "tail.log", "tail", "opensm", str(log), "--lab")
         await asyncio.sleep(4)  # the follower reads the topology topic, then the log
         flap = fw(env, "lab", "inject", "flap", "leaf-su01-r1:5", "--count", "2", "--every", "2")
         assert flap.returncode == 0, flap.stderr
