@@ -134,3 +134,16 @@ def test_cluster_wide_runbook_gauges_are_never_summed_across_pods() -> None:
     exprs = prom_exprs() + [r["expr"] for r in alert_rules()]
     assert not [e for e in exprs if direct_sum.search(e)]
     assert direct_sum.search("sum by (status) (fabricwatch_runbooks)")
+
+
+def test_grafana_datasources_match_the_dashboard_and_the_ledger_user() -> None:
+    doc = yaml.safe_load((MONITORING / "grafana-datasources.yaml").read_text())
+    types = {d["type"]: d for d in doc["datasources"]}
+    board_types = {v["query"] for v in dashboard()["templating"]["list"]
+                   if v["type"] == "datasource"}
+    assert board_types <= set(types)
+    ledger = types["grafana-clickhouse-datasource"]
+    assert ledger["jsonData"]["username"] == "grafana"
+    assert ledger["secureJsonData"]["password"].startswith("$")  # never a literal password
+    chi = (DEPLOY / "clickhouse" / "installation.yaml").read_text()
+    assert "grafana/profile: readonly" in chi
