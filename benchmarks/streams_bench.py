@@ -135,11 +135,13 @@ async def bare_throughput(bootstrap: str, total: int) -> tuple[float, int]:
 
 
 class WorkerProc:
-    def __init__(self, bootstrap: str, state: Path, app_id: str, ledger: bool) -> None:
+    def __init__(self, bootstrap: str, state: Path, app_id: str, ledger: bool,
+                 workers: int = 1) -> None:
         self.log = state / f"{app_id}.log"
         env = {**os.environ, "FABRICWATCH_STATE_DIR": str(state),
                "FABRICWATCH_KAFKA__BOOTSTRAP": bootstrap}
-        args = [FABRICWATCH, "worker", "--app-id", app_id, "--loglevel", "info"]
+        args = [FABRICWATCH, "worker", "--app-id", app_id, "--loglevel", "info",
+                "--workers", str(workers)]
         if not ledger:
             args.append("--no-ledger")
         with self.log.open("ab") as out:
@@ -310,7 +312,8 @@ async def run(args: argparse.Namespace, state: Path, bootstrap: str) -> dict[str
     tps, end_total = await end_offsets(bootstrap, "fabric.counters")
     bare_s, samples = await bare_throughput(bootstrap, end_total)
     app_id = f"bench-{uuid.uuid4().hex[:8]}"
-    worker = WorkerProc(bootstrap, state, app_id, ledger=not args.no_ledger)
+    worker = WorkerProc(bootstrap, state, app_id, ledger=not args.no_ledger,
+                        workers=args.workers)
     try:
         ready = await asyncio.to_thread(worker.wait_ready)
         while True:
@@ -332,6 +335,8 @@ async def run(args: argparse.Namespace, state: Path, bootstrap: str) -> dict[str
     return {
         "ports": len(devices) * PORTS_PER_DEVICE, "intervals": args.intervals,
         "messages": messages, "port_samples": samples, "ledger_sink": not args.no_ledger,
+        "worker_processes": args.workers,
+        "load_average_1m_at_end": round(os.getloadavg()[0], 2),
         "produce_s": round(produce_s, 2),
         "port_samples_per_s": round(worker_rate),
         "bare_port_samples_per_s": round(bare_rate),
@@ -355,6 +360,7 @@ def main() -> None:
     parser.add_argument("--latency-traps", type=int, default=300)
     parser.add_argument("--trap-rate", type=float, default=20.0)
     parser.add_argument("--no-ledger", action="store_true")
+    parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--bootstrap", default=None)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="fw-streams-bench-") as tmp:

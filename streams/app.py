@@ -172,6 +172,12 @@ class StreamsApp:
             if self.sink is not None:
                 await self.sink.flush()
 
+        async def close_sink(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
+            if self.sink is not None:  # what is buffered goes to the ledger before exit
+                await self.sink.close()
+
+        self.app.on_before_shutdown.connect(close_sink)
+
         @self.app.timer(interval=5.0)  # type: ignore[untyped-decorator]
         async def report() -> None:
             log.info("streams: %s", self.stats)

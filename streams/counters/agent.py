@@ -7,6 +7,7 @@ by port, to the internal counter-downs topic for the flap agent.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -70,3 +71,7 @@ def register(sa: StreamsApp) -> None:
                 sa.stats["counters_ms"] += (time.perf_counter() - t_start) * 1000
             except Exception as exc:  # never die on a message
                 await sa.failed(raw, exc, event.message)
+            # A fetched batch of counters is already buffered, so iterating it never
+            # suspends: yield once per message so a trap waiting in the flap agent is not
+            # stuck behind a whole batch (trap-to-detection latency).
+            await asyncio.sleep(0)

@@ -44,13 +44,14 @@ class Worker:
         self.log = state_dir / f"worker-{app_id}.log"
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> None:
+    def start(self, ledger: bool = False) -> None:
         env = {**os.environ, "FABRICWATCH_STATE_DIR": str(self.state_dir),
                "FABRICWATCH_KAFKA__BOOTSTRAP": self.bootstrap}
         start_at = self.log.stat().st_size if self.log.exists() else 0
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
-                [FABRICWATCH, "worker", "--no-ledger", "--app-id", self.app_id],
+                [FABRICWATCH, "worker", "--ledger" if ledger else "--no-ledger",
+                 "--app-id", self.app_id],
                 stdout=out, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
@@ -207,3 +208,26 @@ async def test_kill_mid_stream_and_restart(worker: Worker) -> None:
     assert set(by_id) == want  # nothing lost, nothing extra
     # a redelivered detection is byte-identical: the same id and episode
     assert all(len(copies) == 1 for copies in by_id.values())
+
+
+async def test_detections_reach_the_ledger(worker: Worker) -> None:
+    from fabricwatch.settings import Settings
+    from ledger import open_ledger
+
+    tag = worker.app_id
+    base = int(time.time() * 1000) - 3600_000
+    events: list[Event | tuple[str, bytes]] = [
+        *downs(f"leaf-{tag}-l", 5, [0, M, 2 * M], base), ("fabric.port-events", b"[1, 2]")]
+    want = expected(events)
+    await asyncio.to_thread(worker.start, True)
+    await publish(worker.bootstrap, events)
+    got = await collect(worker.bootstrap, "fabric.detections", len(want), tag.encode())
+    assert {orjson.loads(v)["id"] for v in got} == want
+    await asyncio.sleep(2)  # the sink flushes every second
+    await asyncio.to_thread(worker.stop)  # releases the embedded ledger's folder
+    ledger = open_ledger(Settings(state_dir=worker.state_dir))
+    try:
+        rows = ledger.query("SELECT id FROM detections")
+    finally:
+        ledger.close()
+    assert {r["id"] for r in rows} == want
