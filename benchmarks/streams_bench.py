@@ -361,6 +361,8 @@ def main() -> None:
     parser.add_argument("--trap-rate", type=float, default=20.0)
     parser.add_argument("--no-ledger", action="store_true")
     parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--scenario", default="streams",
+                        help="results file name: benchmarks/results/<scenario>.json")
     parser.add_argument("--bootstrap", default=None)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="fw-streams-bench-") as tmp:
@@ -368,7 +370,7 @@ def main() -> None:
         with broker(args.bootstrap, state) as bootstrap:
             figures = asyncio.run(run(args, state, bootstrap))
     command = "python benchmarks/streams_bench.py " + " ".join(sys.argv[1:])
-    path = write_result("streams", figures, command.strip())
+    path = write_result(args.scenario, figures, command.strip())
     print(orjson.dumps(figures, option=orjson.OPT_INDENT_2).decode())
     print(f"wrote {path}")
 
