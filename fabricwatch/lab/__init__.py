@@ -92,6 +92,20 @@ def parse_netfile(text: str) -> tuple[dict[str, NetNode], dict[str, list[int]]]:
     return nodes, links
 
 
+def _limits_for(text: str) -> dict[str, int]:
+    """ibsim's -N/-S/-P sized to the net file (its defaults stop at 2048 nodes), with room."""
+    nodes = switches = ports = 0
+    for raw in text.splitlines():
+        m = _NODE.match(raw.strip())
+        if m:
+            nodes += 1
+            switches += m.group(1) == "Switch"
+            ports += int(m.group(2)) + 1
+    room = 1.25
+    return {flag: max(DEFAULT_LIMITS[flag], int(count * room) + 16)
+            for flag, count in (("-N", nodes), ("-S", switches), ("-P", ports))}
+
+
 def _sock_name(lab_dir: Path) -> str:
     return "fwlab-" + hashlib.sha256(str(lab_dir.resolve()).encode()).hexdigest()[:12]
 
@@ -187,7 +201,7 @@ class LabStack:
         sock = _sock_name(self.dir)
         env = dict(os.environ)
         env["IBSIM_SOCKNAME"] = sock
-        lim = {**DEFAULT_LIMITS, **(limits or {})}
+        lim = {**DEFAULT_LIMITS, **_limits_for(text), **(limits or {})}
         argv = [self.ibsim, "-s"]
         for flag, value in lim.items():
             argv += [flag, str(int(value))]
