@@ -9,6 +9,7 @@ so a re-run benchmark that moves the figures a little does not break them.
 from __future__ import annotations
 
 import importlib.util
+import math
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -40,8 +41,11 @@ def test_stream_workers_carry_the_load(overlay: str) -> None:
     assert replicas >= 2  # a hot standby for every table partition
     topics = {d["spec"]["topicName"]: d["spec"]["partitions"]
               for d in find(build(OVERLAY_KAFKA[overlay]), "KafkaTopic")}
-    assert topics["fabric.counters"] == want.partitions
-    assert topics["fabric.counters"] % replicas == 0  # partitions spread evenly
+    # what the sizing chose when the manifests were written; a re-run benchmark may move
+    # the ideal, but the workers must fit the partitions, evenly
+    assert topics["fabric.counters"] >= max(replicas, math.ceil(want.samples_per_s
+                                                                / figures.worker_samples_per_s))
+    assert topics["fabric.counters"] % replicas == 0
 
 
 def test_the_ledger_and_temporal_carry_100k_ports() -> None:
