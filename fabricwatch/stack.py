@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
-import ctypes
 import fcntl
 import json
 import os
@@ -41,6 +40,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, Self, TypeVar
 
+from fabricwatch.procs import die_with_parent as _die_with_parent
+from fabricwatch.procs import group_members as _group_members
+from fabricwatch.procs import proc_stat as _proc_stat
 from fabricwatch.settings import Settings
 from fabricwatch.stack_config import (
     KAFKA_HOME,
@@ -67,7 +69,6 @@ State = Literal["ready", "running", "stopped", "external", "unreachable"]
 _T = TypeVar("_T")
 _STOP_GRACE_S = 30.0  # the broker flushes and closes its logs on SIGTERM; a few seconds here
 _KILL_WAIT_S = 10.0
-_PR_SET_PDEATHSIG = 1
 
 
 class StackError(RuntimeError):
@@ -117,38 +118,9 @@ class _PidRecord:
 # --------------------------------------------------------------------------- processes
 
 
-def _proc_stat(pid: int) -> tuple[str, int, int] | None:
-    """(state letter, process group, start ticks) of ``pid`` from /proc, None when it is gone."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # The command name (field 2) may hold spaces and parentheses; fields after the last ')'.
-    fields = text[text.rindex(")") + 2 :].split()
-    return fields[0], int(fields[2]), int(fields[19])
-
-
 def _record_alive(record: _PidRecord) -> bool:
     stat = _proc_stat(record.pid)
     return stat is not None and stat[0] != "Z" and stat[2] == record.start_ticks
-
-
-def _group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) processes of process group ``pgid``."""
-    members: list[int] = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        stat = _proc_stat(int(entry.name))
-        if stat is not None and stat[1] == pgid and stat[0] != "Z":
-            members.append(int(entry.name))
-    return members
-
-
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    """Ask the kernel to SIGTERM this child when the thread that started it exits."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
 
 
 def _log_tail(path: Path, lines: int = 25) -> str:
