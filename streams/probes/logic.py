@@ -9,7 +9,8 @@
   link, ``minFailingProbesToLocalise`` or more of them, name that link: one ``slow_probe``
   with the policy's action on that port (evidence ``localised: true`` and the probes).
   Paths come from an optional ``paths(probe) -> [port keys]`` (a topology's routes); without
-  it a probe's path is its two endpoints, so probes sharing an endpoint name it.
+  it a probe's path is its two endpoints, so probes sharing an endpoint name it, with action
+  ``ticket`` (an endpoint is a lead, not proof: only a path earns the policy's action).
 * Endpoints: ``device:port`` as given; a ``device/hca`` name is port 1; a bare host name is
   its HCA on the probe's rail, ``{host}/mlx5_{rail}`` port 1 (the simulator's and the usual
   rail-optimised naming).
@@ -108,7 +109,11 @@ def step(state: dict[str, Any] | None, probe: Probe, policy: Policy,
         st["named"][link] = [eid, probe.ts]
         detections.append(make_detection(
             kind=DetectionKind.SLOW_PROBE, fabric=probe.fabric, device=device,
-            port=int(port_s), ts=probe.ts, action=section.action, episode=eid,
+            port=int(port_s), ts=probe.ts,
+            # Only a real path (the topology's routes) is evidence enough to isolate; a
+            # shared endpoint is a lead for a technician.
+            action=section.action if paths is not None else "ticket", episode=eid,
             evidence={"localised": True, "link": link, "probes": sorted(s[1] for s in sharing),
+                      "by": "paths" if paths is not None else "endpoints",
                       "slow_fraction": section.slow_fraction}))
     return st, detections

@@ -52,7 +52,7 @@ def test_no_verdict_before_baseline_is_learned() -> None:
 def test_shared_endpoint_named() -> None:
     seq = [probe(0, 200, src="node0001", dst=f"node000{i}", baseline=400) for i in (2, 3)]
     out = run(seq)
-    assert ("node0001/mlx5_3", 1, "isolate_port", True) in out
+    assert ("node0001/mlx5_3", 1, "ticket", True) in out  # an endpoint: a lead, not proof
     assert len([o for o in out if o[3]]) == 1
 
 
@@ -63,5 +63,6 @@ def test_shared_link_from_paths() -> None:
     seq = [probe(0, 200, src="node0001", dst="node0100", baseline=400),
            probe(1, 200, src="node0002", dst="node0101", baseline=400),
            probe(2, 200, src="node0003", dst="node0102", baseline=400)]
-    named = [(o[0], o[1]) for o in run(seq, paths=paths) if o[3]]
-    assert sorted(named) == [("leaf-su01-r3", 40), ("spine-01", 7)]
+    named = [(o[0], o[1], o[2]) for o in run(seq, paths=paths) if o[3]]
+    assert sorted(named) == [("leaf-su01-r3", 40, "isolate_port"),
+                             ("spine-01", 7, "isolate_port")]
