@@ -12,7 +12,13 @@ switches at a time, each with its own ``timeout_s``:
 * ``perfquery -x LID PORTS`` (PortCountersExtended: 64-bit data counters, and 64-bit error
   counters where the PMA's CapMask2 says it has them).
 
-Both outputs go through one ``parse_perfquery`` call: blocks of the same port merge and the
+Host ports (HCAs) are not read one by one: each round also runs one fabric-wide
+``ibqueryerrors`` (it exits 1 when it found errors, which is a reading, not a failure) and
+publishes its ``counters`` for the devices that are not polled switches, so an HCA port
+with errors past ibqueryerrors' thresholds is seen too (counters below them stay null, as
+ibqueryerrors does not print them). ``hcas=False`` turns that off.
+
+Both perfquery outputs go through one ``parse_perfquery`` call: blocks of the same port merge and the
 extended block, read last, wins where it has a value, so each counter is reported at the
 widest register the switch offers, with its width in ``counter_bits``. A switch that times out
 or fails is reported in the round's ``PollReport`` and skipped; its counters are published
@@ -29,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from collectors.errors import ParseError
-from collectors.ibdiags import parse_perfquery
+from collectors.ibdiags import parse_ibqueryerrors, parse_perfquery
 from collectors.ibnetdiscover import parse_ibnetdiscover
 from collectors.live.tools import ToolError, ToolRunner, check_lid, port_list
 from schemas import Counters, Topology
@@ -54,6 +60,7 @@ class PollConfig:
     discover_timeout_s: float = 300.0  # a 100k-port ibnetdiscover takes minutes
     concurrency: int = 8
     extended: bool = True  # also perfquery -x
+    hcas: bool = True  # one fabric-wide ibqueryerrors per round for the host ports
 
     def __post_init__(self) -> None:
         if self.concurrency < 1 or self.sample_interval_s <= 0 or self.discover_interval_s <= 0:
@@ -151,10 +158,39 @@ class IbdiagsPoller:
         await self.publisher.send_many(events)
         report.published.append(target.device)
 
+    async def read_hcas(self, report: PollReport, switches: set[str]) -> None:
+        """ibqueryerrors over the fabric; publish the devices that are not polled switches."""
+        argv = ["ibqueryerrors", *self.runner.local_args()]
+        res = await self.runner.run(argv, self.config.discover_timeout_s)
+        if res.exit_code not in (0, 1):  # 1: it found errors past its thresholds
+            why = res.stderr.strip().splitlines()[-1:] or [f"exit {res.exit_code}"]
+            report.failed["ibqueryerrors"] = why[0]
+            return
+        lids = None
+        if self.topology is not None:
+            from collectors.lidmap import LidMap
+
+            lids = LidMap.from_topology(self.topology)
+        try:
+            events = parse_ibqueryerrors(res.stdout, fabric=self.config.fabric,
+                                         ts=self._now_ms(), lids=lids)
+        except ParseError as exc:
+            if "Errors for" in res.stdout:
+                report.failed["ibqueryerrors"] = str(exc)
+            return  # nothing past the thresholds: no port to report
+        hosts = [e for e in events if e.device not in switches]
+        if hosts:
+            await self.publisher.send_many(hosts)
+            report.published += [e.device for e in hosts]
+
     async def sample(self, targets: Sequence[SwitchTarget] | None = None) -> PollReport:
         started = time.monotonic()
         report = PollReport(ts=self._now_ms())
-        await asyncio.gather(*(self._one(t, report) for t in (targets or self.targets)))
+        chosen = list(targets or self.targets)
+        jobs = [self._one(t, report) for t in chosen]
+        if self.config.hcas:
+            jobs.append(self.read_hcas(report, {t.device for t in chosen}))
+        await asyncio.gather(*jobs)
         await self.publisher.flush()
         report.elapsed_s = time.monotonic() - started
         return report

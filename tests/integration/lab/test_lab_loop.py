@@ -235,15 +235,21 @@ async def test_performanceset_counters_arrive_through_the_poller(
                                          "LinkDownedCounter": 255,  # 8-bit, saturated
                                          "PortRcvErrors": 17,
                                          "PortCountersExtended.PortXmitData": 1 << 40})
+    lab.set_counters("node0003/mlx5_2", 1, {"SymbolErrorCounter": 9})  # a host port
     await asyncio.sleep(0.3)
     async with Publisher(kafka_bootstrap) as pub:
         poller = IbdiagsPoller(PollConfig(fabric=fabric, concurrency=2), pub, runner)
         await poller.discover()
         report = await poller.sample()
-    assert not report.failed and len(report.published) == 6
+    # six switches by perfquery, and the one host port with errors by ibqueryerrors
+    assert not report.failed
+    assert len(report.published) == 7 and "node0003/mlx5_2" in report.published
     got = await consume(kafka_bootstrap, COUNTERS.name,
                         lambda e: isinstance(e, Counters) and e.fabric == fabric,
-                        lambda got: len(got) >= 6, within=30)
+                        lambda got: len(got) >= 7, within=30)
+    host = next(e for e in got if e.device == "node0003/mlx5_2")
+    assert host.source == "ibqueryerrors" and host.ports[0].symbol_errors == 9
+    assert host.ports[0].rcv_errors is None  # not printed by ibqueryerrors: not reported
     leaf = next(e for e in got if e.device == "leaf-su01-r2")
     sample = next(s for s in leaf.ports if s.port == 3)
     assert (sample.symbol_errors, sample.link_downed, sample.rcv_errors) == (65535, 255, 17)
@@ -272,5 +278,6 @@ async def test_a_switch_that_does_not_answer_delays_nobody(lab: LabStack,
         started = time.monotonic()
         report = await poller.sample(targets)
     assert set(report.failed) == {"ghost-switch"}
-    assert len(report.published) == 6
+    assert {"leaf-su01-r0", "spine-su01-s2"} <= set(report.published)
+    assert len([d for d in report.published if "/" not in d]) == 6
     assert time.monotonic() - started < 10
