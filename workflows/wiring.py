@@ -81,9 +81,13 @@ async def build_activities(settings: Settings, opts: WiringOptions, stack: Async
         checker = CommandChecker(opts.check_commands)
         sec = settings.secrets
         if opts.controller == "opensm":
-            from workflows.adapters.opensm import IbPortStateController
+            from collectors.live.tools import ToolRunner
+            from workflows.adapters.opensm import OpensmChecker, OpensmController, OpensmEvidence
 
-            controller = IbPortStateController()
+            runner = ToolRunner(ca=opts.ca)
+            opensm = OpensmController(runner, records=records)
+            controller, evidence = opensm, OpensmEvidence(runner)
+            checker = OpensmChecker(opensm, checker)
         elif opts.controller == "ufm":
             from workflows.adapters.ufm import UfmController
 

@@ -138,6 +138,8 @@ class K8sNodeFencer:
 class NoFencer:
     """For fabrics without Kubernetes: fencing is recorded as skipped."""
 
+    enabled = False
+
     async def fence(self, node: str, rail: int | None, reason: str) -> bool:
         return False
 

@@ -105,11 +105,16 @@ class SimControllerAdapter:
         return await self._call(lambda: self._load_repairs().get(port.key))
 
     async def health(self, port: PortRef) -> bool | None:
-        """The simulator's own view of the port (True healthy), where it offers one."""
+        """The running simulator's view of the port (True healthy); None when it has none
+        (no ``is_healthy``, or no simulator has reported yet)."""
         probe = getattr(self._sim, "is_healthy", None)
         if probe is None:
             return None
-        return await self._call(lambda: bool(probe(port.device, port.port)))
+
+        def op() -> bool | None:
+            value = probe(port.device, port.port)
+            return None if value is None else bool(value)
+        return await self._call(op)
 
 
 class SimChecker:

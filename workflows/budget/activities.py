@@ -8,9 +8,15 @@ holder, so a retried activity changes nothing.
 
 from __future__ import annotations
 
+import asyncio
+import random
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
 from temporalio import activity
 from temporalio.client import Client, WithStartWorkflowOperation
 from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.service import RPCError, RPCStatusCode
 
 from workflows.budget.models import (
     AcquireInput,
@@ -25,6 +31,28 @@ from workflows.budget.models import (
 )
 from workflows.budget.workflows import IsolationBudget
 
+T = TypeVar("T")
+
+# Temporal admits a few in-flight updates per workflow (10 on the dev server) and aborts those
+# that meet a continue-as-new; in a burst (a spine reboot: dozens of ports of one SU at once)
+# callers are turned away with these codes. Retrying here, quickly and with jitter, keeps the
+# grants flowing instead of waiting out the activity retry's exponential backoff.
+_BUSY = {RPCStatusCode.RESOURCE_EXHAUSTED, RPCStatusCode.UNAVAILABLE, RPCStatusCode.ABORTED}
+_BUSY_TRIES = 200
+
+
+async def _while_busy(call: Callable[[], Awaitable[T]]) -> T:
+    for attempt in range(_BUSY_TRIES):
+        try:
+            return await call()
+        except RPCError as exc:
+            if exc.status not in _BUSY or attempt == _BUSY_TRIES - 1:
+                raise
+        if activity.in_activity():
+            activity.heartbeat("budget busy")
+        await asyncio.sleep(random.uniform(0.02, 0.25))  # noqa: S311 - jitter, not security
+    raise AssertionError("unreachable")
+
 
 class BudgetActivities:
     """Budget requests through a Temporal client (injected, like every other client)."""
@@ -36,20 +64,23 @@ class BudgetActivities:
     def _queue(self) -> str:
         return self._task_queue or activity.info().task_queue
 
-    async def _grant(self, wf_id: str, start: BudgetInput, req: GrantRequest) -> GrantResult:
-        op = WithStartWorkflowOperation(
+    def _op(self, wf_id: str, start: BudgetInput) -> WithStartWorkflowOperation[Any, Any]:
+        # a fresh operation per call: one carries the handle of one start attempt
+        return WithStartWorkflowOperation(
             IsolationBudget.run, start, id=wf_id, task_queue=self._queue(),
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING)
-        result: GrantResult = await self._client.execute_update_with_start_workflow(
-            IsolationBudget.grant, req, start_workflow_operation=op)
+
+    async def _grant(self, wf_id: str, start: BudgetInput, req: GrantRequest) -> GrantResult:
+        result: GrantResult = await _while_busy(
+            lambda: self._client.execute_update_with_start_workflow(
+                IsolationBudget.grant, req, start_workflow_operation=self._op(wf_id, start)))
         return result
 
     async def _release(self, wf_id: str, start: BudgetInput, holder: str) -> ReleaseResult:
-        op = WithStartWorkflowOperation(
-            IsolationBudget.run, start, id=wf_id, task_queue=self._queue(),
-            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING)
-        result: ReleaseResult = await self._client.execute_update_with_start_workflow(
-            IsolationBudget.release, ReleaseRequest(holder=holder), start_workflow_operation=op)
+        result: ReleaseResult = await _while_busy(
+            lambda: self._client.execute_update_with_start_workflow(
+                IsolationBudget.release, ReleaseRequest(holder=holder),
+                start_workflow_operation=self._op(wf_id, start)))
         return result
 
     @activity.defn(name="budget_acquire")

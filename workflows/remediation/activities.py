@@ -184,7 +184,9 @@ class FabricActivities:
     @activity.defn(name="fence_node")
     async def fence_node(self, inp: ControlInput) -> ControlResult:
         if inp.port.node is None:
-            return ControlResult(changed=False, detail="no node behind this port")
+            return ControlResult(changed=False, skipped=True, detail="no node behind this port")
+        if not getattr(self.fencer, "enabled", True):
+            return ControlResult(changed=False, skipped=True, detail="no node fencing configured")
         if inp.dry_run:
             return ControlResult(changed=False, detail=f"would label and taint {inp.port.node} "
                                                        f"rail {inp.port.rail}")
@@ -199,7 +201,9 @@ class FabricActivities:
     @activity.defn(name="unfence_node")
     async def unfence_node(self, inp: ControlInput) -> ControlResult:
         if inp.port.node is None:
-            return ControlResult(changed=False, detail="no node behind this port")
+            return ControlResult(changed=False, skipped=True, detail="no node behind this port")
+        if not getattr(self.fencer, "enabled", True):
+            return ControlResult(changed=False, skipped=True, detail="no node fencing configured")
         if inp.dry_run:
             return ControlResult(changed=False, detail=f"would remove label and taint of "
                                                        f"{inp.port.node} rail {inp.port.rail}")

@@ -236,6 +236,7 @@ class ControlInput(_Model):
 
 class ControlResult(_Model):
     changed: bool  # False: it was already in the wanted state (a retry, or someone else did it)
+    skipped: bool = False  # nothing to do here (no node behind the port, no fencing configured)
     detail: str = ""
     before: dict[str, Any] | None = None
     after: dict[str, Any] | None = None

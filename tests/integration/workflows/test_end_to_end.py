@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -41,15 +42,24 @@ def detection(fabric: str, device: str, port: int, det_id: str, action: Action) 
                      evidence={"downs": 3, "window_s": 1800})
 
 
+@pytest.fixture
+def ledger(tmp_path: Path) -> Iterator[EmbeddedLedger]:
+    """The real chdb ledger; closed even when the test fails (one folder per process)."""
+    led = EmbeddedLedger(tmp_path / "ledger")
+    try:
+        led.migrate()
+        yield led
+    finally:
+        led.close()
+
+
 async def test_detected_isolated_repaired_returned_with_the_ledger(
         wf_env: WorkflowEnvironment, kafka_bootstrap: str, tmp_path: Path,
-        ticket_server: TicketServer, task_queue: str) -> None:
+        ticket_server: TicketServer, task_queue: str, ledger: EmbeddedLedger) -> None:
     client = wf_env.client
     fabric = f"e2e{uuid.uuid4().hex[:6]}"
     device, port = "leaf-su01-r1", 3
     wf_id = f"remediate/{fabric}/{device}:{port}"
-    ledger = EmbeddedLedger(tmp_path / "ledger")
-    ledger.migrate()
     sim = SimController(tmp_path / "sim", fix_chance={"clean-and-reseat": 1.0})
     adapter = SimControllerAdapter(sim, tmp_path / "sim")
     acts = FabricActivities(records=LedgerSink(ledger), controller=adapter,
@@ -114,4 +124,3 @@ async def test_detected_isolated_repaired_returned_with_the_ledger(
     assert [e["tool"] for e in evidence] == ["sim_port_state"]
     # only the isolate_port detection started a runbook
     assert not sim.is_isolated("leaf-su01-r0", 1)
-    ledger.close()

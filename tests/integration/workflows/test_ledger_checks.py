@@ -32,8 +32,8 @@ def sample(ts: int, symbol: int, downed: int) -> Counters:
 
 async def test_clean_counter_check_reads_deltas(tmp_path: Path) -> None:
     ledger = EmbeddedLedger(tmp_path / "ledger")
-    ledger.migrate()
     try:
+        ledger.migrate()
         port = PortRef(fabric="lab", device="leaf-su01-r1", port=3)
         checker = LedgerCountersChecker(ledger, Passes())
         none = await checker.run("counters-clean-24h", port, T0)
