@@ -7,6 +7,7 @@ open the data folder); else the embedded engine directly.
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import datetime as dt
 import io
@@ -201,7 +202,10 @@ def tables_command(fmt: str) -> None:
 
 @ledger_group.command("serve")
 @click.option("--port", type=int, default=None, help="Default: settings ledger.http_port.")
-def serve_command(port: int | None) -> None:
+@click.option("--ingest/--no-ingest", default=False, show_default=True,
+              help="Also consume every contract topic into the ledger (consumer group "
+                   "fabricwatch-ledger): the one writer of an embedded ledger.")
+def serve_command(port: int | None, ingest: bool) -> None:
     """Own the embedded ledger and serve its ClickHouse HTTP endpoint until interrupted."""
     from ledger.embedded import EmbeddedLedger
     from ledger.http import LedgerHTTPServer
@@ -220,17 +224,33 @@ def serve_command(port: int | None) -> None:
                                   allow_writes=cfg.allow_writes_over_http)
         url = server.start(settings.state_dir)
         click.echo(f"ledger {settings.ledger_path} served on {url} "
-                   f"({'read-write' if cfg.allow_writes_over_http else 'read-only'})")
-        stop = threading.Event()
-        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+                   f"({'read-write' if cfg.allow_writes_over_http else 'read-only'})"
+                   + (f"; ingesting from {settings.kafka.bootstrap_servers}" if ingest else ""))
         try:
-            while not stop.wait(1.0):
-                pass
+            if ingest:
+                asyncio.run(_ingest(ledger, settings.kafka.bootstrap_servers))
+            else:
+                stop = threading.Event()
+                signal.signal(signal.SIGTERM, lambda *_: stop.set())
+                while not stop.wait(1.0):
+                    pass
         except KeyboardInterrupt:
             pass
         server.stop()
     finally:
         ledger.close()
+
+
+async def _ingest(ledger: LedgerBase, bootstrap: str) -> None:
+    from ledger.ingest import LedgerIngest
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    stats = await LedgerIngest(ledger, bootstrap).run(stop)
+    click.echo(f"ingested {stats.messages:,} messages ({stats.rows:,} rows, "
+               f"{stats.skipped:,} skipped)")
 
 
 COMMANDS: list[click.Command] = [ledger_group]

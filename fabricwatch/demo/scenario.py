@@ -1,0 +1,113 @@
+"""The demo's scripted scenario: which faults, where, when, and what fabricwatch must conclude.
+
+Pure data and pure matching: ``Scenario.faults`` become ``sim run --fault`` specs; every
+detection the demo sees is matched against ``Expectation``s to tell the user which injected
+fault it explains, and the end-to-end test asserts on the same expectations.
+
+Two fabrics run side by side, as in a real site with an InfiniBand training fabric and a
+RoCE storage/inference fabric: the IB fabric (the chosen preset) carries every fault but
+the RoCE pause storm, which needs RoCE counters and runs on a one-SU RoCE fabric.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from schemas import Detection
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """One injected fault and the detection (and runbook outcome) it must produce."""
+
+    label: str
+    fabric: str
+    spec: str  # sim fault spec
+    detection: str  # the detection kind that proves it was caught
+    ports: frozenset[str]  # device:port keys that may carry the detection (either cable end)
+    devices: frozenset[str] = frozenset()  # or any port of these devices (a rebooted spine's peers)
+    runbook: str | None = None  # "decided" when an isolating runbook must reach a decision
+
+    def matches(self, detection: Detection) -> bool:
+        if detection.fabric != self.fabric or detection.detection.value != self.detection:
+            return False
+        if self.devices and detection.device in self.devices:
+            return True
+        if detection.key in self.ports:
+            return True
+        # probe and breaker detections name a port of the path or of the switch's peers
+        evidence_ports = {str(p) for p in detection.evidence.get("ports", [])
+                          if isinstance(p, str)}
+        return bool(evidence_ports & self.ports)
+
+
+@dataclass
+class Scenario:
+    ib_fabric: str
+    roce_fabric: str
+    ib_preset: str
+    roce_preset: str
+    interval: str
+    expectations: list[Expectation] = field(default_factory=list)
+
+    def specs(self, fabric: str) -> list[str]:
+        return [e.spec for e in self.expectations if e.fabric == fabric]
+
+
+def _ends(links: dict[tuple[str, int], tuple[str, int]], device: str, port: int) -> frozenset[str]:
+    peer = links.get((device, port))
+    keys = {f"{device}:{port}"}
+    if peer is not None:
+        keys.add(f"{peer[0]}:{peer[1]}")
+    return frozenset(keys)
+
+
+def build_scenario(preset: str, *, short: bool = False) -> Scenario:
+    """The scripted scenario on ``preset`` (``short``: the faults come sooner, for tests)."""
+    from sim.topology import generate
+
+    fabric = generate(preset)
+    links: dict[tuple[str, int], tuple[str, int]] = {}
+    for link in fabric.links:
+        links[(link.a_device, link.a_port)] = (link.b_device, link.b_port)
+        links[(link.b_device, link.b_port)] = (link.a_device, link.a_port)
+    sus = sorted({s.su for s in fabric.switches if s.su is not None})
+
+    def su(k: int) -> int:
+        return sus[min(k, len(sus) - 1)]
+
+    def leaf(k: int, rail: int) -> str:
+        return f"leaf-su{su(k):02d}-r{rail}"
+
+    nodes_per_su = fabric.params.nodes_per_su
+    node_a = f"node{(su(1) - 1) * nodes_per_su + 6:04d}"
+    node_b = f"node{(su(2) - 1) * nodes_per_su + 4:04d}"
+    spine = f"spine-su{su(3):02d}-s1"
+    spine_peers = frozenset(f"{b[0]}" for (d, _p), b in links.items() if d == spine)
+    scale = 0.25 if short else 1.0
+
+    def at(seconds: float) -> str:
+        return f"{seconds * scale:.0f}s"
+
+    ib = fabric.params.fabric
+    roce = "roce-su"
+    expectations = [
+        Expectation("flapping link", ib, f"flap:{leaf(0, 3)}:5,count=4,every={at(20)},at={at(30)}",
+                    "flap", _ends(links, leaf(0, 3), 5), runbook="decided"),
+        Expectation("link trained at 2X", ib, f"degraded_width:{leaf(1, 1)}:7,width=2X,at={at(40)}",
+                    "degraded_link", _ends(links, leaf(1, 1), 7), runbook="decided"),
+        Expectation("swapped pair of cables", ib,
+                    f"swap:{node_a}/mlx5_2:1,with={node_a}/mlx5_3:1,at={at(20)}", "miswire",
+                    _ends(links, f"{node_a}/mlx5_2", 1) | _ends(links, f"{node_a}/mlx5_3", 1)),
+        Expectation("rising BER", ib, f"ber:{node_b}/mlx5_5:1,raw=5e-5,ramp={at(60)},at={at(20)}",
+                    "ber", _ends(links, f"{node_b}/mlx5_5", 1), runbook="decided"),
+        Expectation("slow-not-dead link", ib,
+                    f"slow_link:{node_b}/mlx5_1:1,factor=0.6,at={at(20)}", "slow_probe",
+                    _ends(links, f"{node_b}/mlx5_1", 1)),
+        Expectation("spine reboot", ib, f"spine_reboot:{spine},at={at(120)},for={at(40)}",
+                    "breaker_open", frozenset(), devices=spine_peers | {spine}),
+        Expectation("RoCE pause storm", roce, f"pause_storm:node0003/mlx5_0:1,at={at(30)}",
+                    "pause_storm", frozenset({"node0003/mlx5_0:1", "leaf-su01-r0:3"})),
+    ]
+    return Scenario(ib_fabric=ib, roce_fabric=roce, ib_preset=preset, roce_preset="su",
+                    interval="2s" if short else "10s", expectations=expectations)
