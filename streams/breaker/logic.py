@@ -12,6 +12,10 @@ from the streams so that ``breaker_open`` is a detection operators see and the l
   episode of the port; the SU's breaker episode ends when its isolated count falls below
   the budget again. Requests within the budget are counted as pending for
   ``pending_ttl_ms`` (default 1 h) so a burst of detections cannot slip past together.
+* Order: the budget is first come, first served across the SU's ports, so which port's
+  request gets ``breaker_open`` depends on the order requests arrive in. Live, that is the
+  order the agents' outputs interleave; in ``replay``, file order. The number of refusals
+  per SU is the same; the port named may differ.
 * The SU of a device comes from ``su_of`` (the topology's map), else from an ``suNN``
   token in the device name (``leaf-su01-r3``); devices with no SU are not accounted.
 """
