@@ -29,6 +29,8 @@ OPTIONAL_COLUMNS = ("cable_id", "width", "speed")
 MAX_PORT = 1024  # the contract's Ethernet port limit; InfiniBand ports stay far below it
 MAX_DEVICE_BYTES = 256
 
+_MF0 = re.compile(r"^MF0;([^:]+):([^/]+)/U\d+$")  # a switch's description (collectors' rule)
+_SPACE = re.compile(r"\s")
 _GUID = re.compile(r"^(?:0x([0-9a-fA-F]{1,16})|([0-9a-fA-F]{16}))$")
 # "4xNDR" / "4X NDR" in one column, as ibnetdiscover prints a link.
 _WIDTH_SPEED = re.compile(r"^\s*(\d+)[xX]\s*([A-Za-z0-9]+)\s*$")
@@ -54,9 +56,22 @@ def normalize_guid(text: str) -> str | None:
 
 
 def canonical_device(name: str) -> str:
-    """A device name as the diff compares it: GUIDs in one spelling, everything else as given."""
+    """A device name as the diff compares it.
+
+    GUIDs in one spelling (``0x`` + 16 lowercase hex). A name written as a node description
+    gets the collectors' naming rule, so a plan exported with descriptions still matches:
+    ``MF0;NAME:MODEL/U1`` is ``NAME``, two words ``HOST HCA`` are ``HOST/HCA``, other
+    whitespace collapses. Names as the fabric knows them pass unchanged.
+    """
     guid = normalize_guid(name)
-    return guid if guid is not None else name
+    if guid is not None:
+        return guid
+    if name.startswith("MF0;") and (m := _MF0.match(name)) is not None:
+        return m.group(1).strip()
+    if _SPACE.search(name):
+        words = name.split()
+        return "/".join(words) if len(words) == 2 else " ".join(words)
+    return name
 
 
 def normalize_width(value: str) -> str | None:

@@ -132,3 +132,12 @@ def test_expectation_from_plan() -> None:
     assert expect("leaf", 1) == expect("node/mlx5_0", 1) == ("4X", "NDR")
     assert expect("leaf", 2) is None and expect("nowhere", 1) is None
     assert expect("r-ufm-sw95", 3) == (None, "HDR")
+
+
+def test_names_written_as_node_descriptions_follow_the_naming_rule() -> None:
+    plan = load_plan("a_device,a_port,b_device,b_port\n"
+                     "MF0;leaf-su01-r3:MQM9700/U1,1,node0042  mlx5_3,1\n"
+                     "leaf-su01-r3,2,some  long   description here,1\n")
+    assert plan.links[0].a == ("leaf-su01-r3", 1)
+    assert plan.links[0].b == ("node0042/mlx5_3", 1)
+    assert plan.links[1].b == ("some long description here", 1)
