@@ -21,7 +21,7 @@ from pathlib import Path
 
 _GUID = re.compile(r"^0x[0-9a-fA-F]{1,16}$")
 _ARG = re.compile(r"^[A-Za-z0-9_.,:=/+@-]{1,256}$")
-MAX_OUTPUT = 8 * 1024 * 1024  # a full-fabric ibnetdiscover of 100k ports is a few MB
+MAX_OUTPUT = 1 << 30  # iblinkinfo -l of a 10k-GPU fabric is ~25 MB; past this, refuse, never cut
 
 
 class ToolError(RuntimeError):
@@ -78,10 +78,11 @@ class ToolResult:
     stdout: str
     stderr: str
     elapsed_s: float
+    truncated: bool = False
 
     @property
     def ok(self) -> bool:
-        return self.exit_code == 0
+        return self.exit_code == 0 and not self.truncated
 
 
 @dataclass(frozen=True)
@@ -129,11 +130,13 @@ class ToolRunner:
         return ToolResult(tuple(argv), proc.returncode,
                           out[:MAX_OUTPUT].decode("utf-8", errors="replace"),
                           err[:MAX_OUTPUT].decode("utf-8", errors="replace"),
-                          time.monotonic() - started)
+                          time.monotonic() - started, truncated=len(out) > MAX_OUTPUT)
 
     async def check(self, argv: Sequence[str], timeout_s: float) -> str:
         """Run and return stdout; ``ToolError`` unless it exited 0."""
         res = await self.run(argv, timeout_s)
+        if res.truncated:
+            raise ToolError(f"{' '.join(argv)}: output over {MAX_OUTPUT} bytes; not parsed")
         if not res.ok:
             why = res.stderr.strip().splitlines()[-1:] or [f"exit {res.exit_code}"]
             raise ToolError(f"{' '.join(argv)}: {why[0]}")
