@@ -142,8 +142,7 @@ class WorkerProc:
                "FABRICWATCH_KAFKA__BOOTSTRAP": bootstrap}
         args = [FABRICWATCH, "worker", "--app-id", app_id, "--loglevel", "info",
                 "--workers", str(workers)]
-        if not ledger:
-            args.append("--no-ledger")
+        args.append("--ledger" if ledger else "--no-ledger")
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env)
 

@@ -7,7 +7,9 @@ nothing. Each process keeps its RocksDB state in ``state_dir/streams/worker-<i>`
 rebalance a worker rebuilds a moved partition's state from its changelog topic. The
 embedded ledger (chdb) allows one writer process: with it, only worker 0 runs the ledger
 sink (set ``FABRICWATCH_CLICKHOUSE_URL`` for a ledger server every worker writes to;
-``fabric.detections`` is always complete). Exit code 2 on a bad policy or option.
+``fabric.detections`` is always complete). Without ``--ledger`` the sink is on only with a
+ledger server: the embedded ledger has one owner process, the ledger's ingest, which takes
+detections and dead letters from their topics. Exit code 2 on a bad policy or option.
 """
 
 from __future__ import annotations
@@ -33,17 +35,22 @@ from schemas.policy import Policy
 @click.option("--workers", type=click.IntRange(1, 64), default=1, show_default=True,
               help="Worker processes in the consumer group (at most the partition count "
                    "is useful).")
-@click.option("--ledger/--no-ledger", default=True, show_default=True,
-              help="Also write detections and dead letters to the ledger.")
+@click.option("--ledger/--no-ledger", default=None,
+              help="Also write detections and dead letters to the ledger through the "
+                   "batching sink. Default: on with a ClickHouse server "
+                   "(FABRICWATCH_CLICKHOUSE_URL), off with the embedded ledger, whose one "
+                   "owner process (the ledger's ingest) takes them from the topics.")
 @click.option("--loglevel", type=click.Choice(["debug", "info", "warning", "error"]),
               default="info", show_default=True)
 @click.option("--app-id", default="fabricwatch-streams", show_default=True,
               help="Faust app id: the consumer group and the prefix of internal topics.")
 @click.option("--index", "worker_index", type=click.IntRange(0, 63), default=0, hidden=True)
-def worker_command(policy_path: Path | None, workers: int, ledger: bool, loglevel: str,
+def worker_command(policy_path: Path | None, workers: int, ledger: bool | None, loglevel: str,
                    app_id: str, worker_index: int) -> None:
     """Run the stream processors until stopped (SIGINT/SIGTERM)."""
     settings = load_settings()
+    if ledger is None:
+        ledger = settings.clickhouse_url is not None
     path = policy_path or settings.policy_path
     try:
         policy = Policy.load(path)
@@ -85,8 +92,7 @@ def _supervise(workers: int, policy: Path | None, ledger: bool, loglevel: str, a
         if policy is not None:
             args += ["--policy", str(policy)]
         # chdb allows one process per data folder: only worker 0 writes the embedded ledger
-        if not ledger or (embedded and i > 0):
-            args.append("--no-ledger")
+        args.append("--no-ledger" if not ledger or (embedded and i > 0) else "--ledger")
         procs.append(subprocess.Popen(args))  # noqa: S603 - fixed argv, validated options
 
     def stop(signum: int, frame: FrameType | None) -> None:

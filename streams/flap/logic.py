@@ -11,9 +11,10 @@ Pinned semantics (ARCHITECTURE.md, "Detection semantics"):
   (which may be the late down or a later one). Older events are dropped and counted
   (``late_dropped``).
 * Duplicates (the same event ``id``) count once. Redelivering the event that fired a
-  detection returns the identical detection again (same ``id`` and ``episode``), so an
-  at-least-once worker that crashed between deciding and publishing loses nothing;
-  consumers deduplicate by ``id``/``episode``.
+  detection returns the identical detection again (same ``id`` and ``episode``), even when
+  later events have moved the watermark past it (the last ``KEEP_FIRED`` episodes are kept
+  for that), so an at-least-once worker that crashed between deciding and publishing loses
+  nothing; consumers deduplicate by ``id``/``episode``.
 * Downs revealed only by a ``link_downed`` counter increase (``CounterDowns``, derived by the
   counters detector from two successive samples ``(start, ts]``) count for
   ``increase - (trap downs of the port in (start, ts])`` when that is positive, placed at the
@@ -125,6 +126,9 @@ class FlapState:
 
 
 FlapInput = PortEvent | CounterDowns
+# Episodes kept past the window for redeliveries (a redelivery comes within a commit
+# interval of the original, so a handful is plenty).
+KEEP_FIRED = 8
 
 
 def _params(policy: Policy) -> tuple[int, int, int]:
@@ -151,6 +155,10 @@ def step(state: FlapState, event: FlapInput, policy: Policy) -> tuple[FlapState,
     window, max_downs, lateness = _params(policy)
     if not state.device:
         state.fabric, state.device, state.port = event.fabric, event.device, event.port
+    # A redelivered event that fired repeats its detection even if later events have since
+    # moved the watermark past it (a worker killed between deciding and publishing).
+    if any(ep.fired_by == event.id for ep in state.episodes.values()):
+        return state, _redeliver(state, event.id)
     if state.watermark is not None and event.ts < state.watermark - lateness:
         state.late_dropped += 1
         return state, []
@@ -300,5 +308,8 @@ def _prune(state: FlapState, window: int, lateness: int) -> None:
     live = {d for _, d in effective_downs(state)}
     state.marks = {d: e for d, e in state.marks.items() if d in live}
     referenced = set(state.marks.values())
+    # The last few episodes stay whatever their age, so that a redelivery of the event
+    # that fired one still finds it.
+    recent = set(sorted(state.episodes, key=lambda k: state.episodes[k].start)[-KEEP_FIRED:])
     state.episodes = {k: v for k, v in state.episodes.items()
-                      if k in referenced or v.last >= horizon}
+                      if k in referenced or k in recent or v.last >= horizon}

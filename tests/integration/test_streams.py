@@ -239,7 +239,8 @@ async def test_detections_reach_the_ledger(worker: Worker) -> None:
         rows = ledger.query("SELECT id FROM detections")
     finally:
         ledger.close()
-    assert {r["id"] for r in rows} == want
+    # (the worker also handled other tests' events still in the shared topics)
+    assert {r["id"] for r in rows if tag in r["id"]} == want
 
 
 # --- faults from the simulator -------------------------------------------------------

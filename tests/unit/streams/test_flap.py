@@ -149,6 +149,16 @@ def test_duplicates_count_once_and_redelivery_repeats_the_same_detection() -> No
     assert len(state.episodes) == 1 and state.duplicates == 1
 
 
+def test_redelivery_after_the_watermark_moved_on_repeats_the_detection() -> None:
+    # A worker killed after deciding (state saved) but before publishing gets the firing
+    # event again after later events of the port: the detection must come again.
+    events = [down(0, "a"), down(M, "b"), down(2 * M, "c"), down(40 * M, "d"),
+              down(2 * M, "c")]
+    state, fired = run(events, roundtrip=True)
+    assert [t for t, _ in fired] == [2 * M, 2 * M] and fired[0] == fired[1]
+    assert state.late_dropped == 0
+
+
 def test_same_ts_different_ids_are_two_downs() -> None:
     assert fired_ts([down(0, "a"), down(0, "b"), down(0, "c")]) == [0]
 
@@ -192,6 +202,12 @@ def test_state_is_bounded() -> None:
     assert len(fired) == 1  # one long episode
     assert len(state.traps) <= 12
     assert len(state.episodes) == 1
+
+
+def test_old_episodes_are_pruned_beyond_the_last_few() -> None:
+    events = [down(t * 60 * M + i * M, f"{t}-{i}") for t in range(20) for i in range(3)]
+    state, fired = run(events)
+    assert len(fired) == 20 and len(state.episodes) <= 8
 
 
 # --- property: the detector equals a brute-force reference --------------------------------
