@@ -42,6 +42,7 @@ _BUSY_TRIES = 200
 
 
 async def _while_busy(call: Callable[[], Awaitable[T]]) -> T:
+    delay = 0.05
     for attempt in range(_BUSY_TRIES):
         try:
             return await call()
@@ -50,7 +51,9 @@ async def _while_busy(call: Callable[[], Awaitable[T]]) -> T:
                 raise
         if activity.in_activity():
             activity.heartbeat("budget busy")
-        await asyncio.sleep(random.uniform(0.02, 0.25))  # noqa: S311 - jitter, not security
+        # exponential with full jitter: a crowd of callers must not hammer a busy server
+        await asyncio.sleep(random.uniform(0, delay))  # noqa: S311 - jitter, not security
+        delay = min(delay * 2, 2.0)
     raise AssertionError("unreachable")
 
 
