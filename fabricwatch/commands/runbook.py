@@ -321,6 +321,7 @@ def runbook_worker_command(policy_path: Path | None, controller: str, records: s
     except ContractError as exc:
         where = f" at {exc.path}" if exc.path else ""
         raise _fail(f"{path}{where}: {exc.reason}") from None
+    from ledger import LedgerError
     from workflows.inventory import Inventory
     from workflows.wiring import WiringError, WiringOptions
 
@@ -350,6 +351,9 @@ def runbook_worker_command(policy_path: Path | None, controller: str, records: s
                            policy_text=policy_text))
     except WiringError as exc:
         raise _fail(str(exc)) from None
+    except LedgerError as exc:
+        raise _fail(f"{exc} (or run with --records kafka, or set FABRICWATCH_CLICKHOUSE_URL)"
+                    ) from None
     _hard_exit(0)  # stopped cleanly (ledger closed, worker drained)
 
 
