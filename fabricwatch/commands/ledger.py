@@ -71,6 +71,25 @@ def _parse_params(pairs: tuple[str, ...]) -> dict[str, object]:
     return out
 
 
+def _coerce(values: dict[str, object], types: dict[str, str]) -> dict[str, object]:
+    """--param text for DateTime parameters as RFC 3339 / ISO 8601 (naive = UTC) or epoch
+    milliseconds; the engine's own parser takes neither a 'T' with 'Z' nor epoch ms."""
+    out = dict(values)
+    for name, value in values.items():
+        if not isinstance(value, str) or not types.get(name, "").startswith("DateTime"):
+            continue
+        try:
+            if value.isdigit():
+                out[name] = dt.datetime.fromtimestamp(int(value) / 1000, dt.UTC)
+            else:
+                parsed = dt.datetime.fromisoformat(value)
+                out[name] = parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
+        except ValueError:
+            raise click.BadParameter(f"{name}={value!r} is not a time (ISO 8601 or epoch ms)",
+                                     param_hint="--param") from None
+    return out
+
+
 def _cell(value: Any) -> str:
     if value is None:
         return ""
@@ -152,7 +171,7 @@ def query_command(name_or_sql: str, params: tuple[str, ...], fmt: str) -> None:
     if name_or_sql in book:
         query = book[name_or_sql]
         try:
-            values = params_for(query, given, settings.fabric)
+            values = params_for(query, _coerce(given, query.params), settings.fabric)
         except KeyError as exc:
             raise click.UsageError(f"{name_or_sql} needs --param for: {exc.args[0]}") from None
         unknown = set(given) - set(query.params)

@@ -59,6 +59,10 @@ def test_cli_direct_and_through_the_endpoint(state_dir: Path) -> None:
                                           "-p", f"device={next(iter(exp.flapping))[0]}",
                                           "-p", f"port={next(iter(exp.flapping))[1]}"])
             assert result.exit_code == 0 and result.output.startswith("ts,kind,what,detail")
+            result = runner.invoke(main, ["ledger", "query", "top_flapping_ports", "--format",
+                                          "json", "-p", "since=2020-01-01T00:00:00Z",
+                                          "-p", "until=1577836800000"])  # 2020-01-01 in ms
+            assert result.exit_code == 0 and json.loads(result.output) == []
             result = runner.invoke(main, ["ledger", "tables"])
             assert "counter_samples" in result.output and "ReplacingMergeTree" in result.output
             result = runner.invoke(main, ["ledger", "migrate"])
