@@ -1,8 +1,12 @@
 """The ClickHouse ledger: one interface, an embedded (chdb) and a server backend.
 
 ``open_ledger(settings)`` returns the embedded ledger in ``settings.ledger_path`` unless
-``settings.clickhouse_url`` names a server. Both implement ``Ledger``: ``write(events)``,
-``query(sql, params)``, ``migrate()``, ``close()``.
+``settings.clickhouse_url`` names a server, or another live process owns the embedded
+ledger and advertises its HTTP endpoint in the state folder (chdb lets one process open a
+data folder): then a ``ServerLedger`` over that endpoint (read-only unless the owner allows
+writes). All implement ``Ledger``: ``write(events)``, ``query(sql, params)``,
+``migrate()``, ``close()``. The owning process serves the endpoint with
+``ledger.http.serve_embedded(ledger, settings)``.
 """
 
 from __future__ import annotations
@@ -17,9 +21,20 @@ if TYPE_CHECKING:  # the ledger imports only schemas at run time (ARCHITECTURE.m
 
 
 def open_ledger(settings: Settings, *, migrate: bool = True) -> LedgerBase:
-    """The ledger the settings select, migrated to the latest schema unless told not to."""
+    """The ledger the settings select, migrated to the latest schema unless told not to
+    (through another process's endpoint the owner has migrated it already)."""
     cfg = settings.ledger
     ledger: LedgerBase
+    if not settings.clickhouse_url:
+        from ledger.http import advertised_endpoint
+
+        url = advertised_endpoint(settings.state_dir, other_process=True)
+        if url is not None:
+            from ledger.server import ServerLedger
+
+            return ServerLedger(url, retention_days=cfg.retention_days,
+                                raw_counter_retention_days=cfg.raw_counter_retention_days,
+                                compress=False)
     if settings.clickhouse_url:
         from ledger.server import ServerLedger
 

@@ -373,14 +373,17 @@ class LedgerHTTPServer:
         self.stop()
 
 
-def advertised_endpoint(state_dir: Path) -> str | None:
-    """The URL of a live ledger endpoint advertised in ``state_dir``, if its owner runs."""
+def advertised_endpoint(state_dir: Path, *, other_process: bool = False) -> str | None:
+    """The URL of a live ledger endpoint advertised in ``state_dir``, if its owner runs
+    (and, with ``other_process``, is not this process: it can open the folder itself)."""
     path = state_dir / ENDPOINT_FILE
     try:
         info = json.loads(path.read_text())
         pid = int(info["pid"])
         url = str(info["url"])
     except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if other_process and pid == os.getpid():
         return None
     try:
         os.kill(pid, 0)

@@ -139,3 +139,37 @@ def test_endpoint_is_advertised_while_it_runs(ledger: EmbeddedLedger, tmp_path: 
     server.stop()
     assert not (tmp_path / ENDPOINT_FILE).exists()
     assert advertised_endpoint(tmp_path) is None
+
+
+def test_open_ledger_uses_another_owners_endpoint(tmp_path: Path) -> None:
+    """A process that finds the ledger owned (endpoint advertised by a live pid) reads it
+    through HTTP. Simulated in one process by advertising the endpoint under the parent's
+    pid, which is alive and is not us."""
+    import os
+
+    from fabricwatch.settings import Settings
+    from ledger import open_ledger
+
+    settings = Settings(state_dir=tmp_path)
+    owner = EmbeddedLedger(settings.ledger_path)
+    try:
+        owner.migrate()
+        owner.write([PortEvent(id="e1", ts=history_start(), fabric="f", source="sim",
+                               device="leaf-su01-r1", port=3, state="down")])
+        with LedgerHTTPServer(owner, port=0) as server:
+            url = server.start(tmp_path)
+            info = json.loads((tmp_path / ENDPOINT_FILE).read_text())
+            assert info["pid"] == os.getpid()
+            # Our own endpoint: open_ledger would open the folder directly (same process).
+            assert advertised_endpoint(tmp_path, other_process=True) is None
+            info["pid"] = os.getppid()
+            (tmp_path / ENDPOINT_FILE).write_text(json.dumps(info))
+            reader = open_ledger(settings)
+            try:
+                assert isinstance(reader, ServerLedger)
+                assert reader.query("SELECT count() AS n FROM port_events FINAL") == [{"n": 1}]
+            finally:
+                reader.close()
+            assert url
+    finally:
+        owner.close()
