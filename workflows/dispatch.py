@@ -131,14 +131,30 @@ async def run_dispatcher(dispatcher: Dispatcher, bootstrap: str, *,
             batches = await consumer.getmany(timeout_ms=500, max_records=500)
             for _tp, messages in batches.items():
                 for msg in messages:
-                    await dispatcher.handle_raw(msg.value)
-            if batches:
+                    await _until_accepted(dispatcher, msg.value, stop)
+            if batches and not stop.is_set():
                 # after Temporal accepted every start/signal of the batch: at-least-once
                 await consumer.commit()
     finally:
         await consumer.stop()
         topo_task.cancel()
         await asyncio.gather(topo_task, return_exceptions=True)
+
+
+async def _until_accepted(dispatcher: Dispatcher, raw: bytes, stop: asyncio.Event) -> None:
+    """Dispatch one message, retrying while Temporal is unreachable (a server restart must not
+    stop the dispatcher, nor skip a detection: the offset is committed only after this)."""
+    from temporalio.service import RPCError
+
+    delay = 0.5
+    while not stop.is_set():
+        try:
+            await dispatcher.handle_raw(raw)
+            return
+        except RPCError as exc:
+            log.warning("Temporal refused a start (%s); retrying in %.1f s", exc.message, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 30.0)
 
 
 async def _follow_topology(dispatcher: Dispatcher, bootstrap: str, stop: asyncio.Event,
