@@ -104,7 +104,7 @@ def build_scenario(preset: str, *, short: bool = False) -> Scenario:
         Expectation("slow-not-dead link", ib,
                     f"slow_link:{node_b}/mlx5_1:1,factor=0.6,at={at(20)}", "slow_probe",
                     _ends(links, f"{node_b}/mlx5_1", 1)),
-        Expectation("spine reboot", ib, f"spine_reboot:{spine},at={at(120)},for={at(40)}",
+        Expectation("spine reboot", ib, f"spine_reboot:{spine},at={at(240)},for={at(40)}",
                     "breaker_open", frozenset(), devices=spine_peers | {spine}),
         Expectation("RoCE pause storm", roce, f"pause_storm:node0003/mlx5_0:1,at={at(30)}",
                     "pause_storm", frozenset({"node0003/mlx5_0:1", "leaf-su01-r0:3"})),

@@ -7,7 +7,7 @@ Every query reads through FINAL so replayed batches never count twice.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field
 
 
 class Queryable(Protocol):
-    def query(self, sql: str, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]: ...
+    def query(self, sql: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]: ...
 
 
 class LatencyRow(BaseModel):

@@ -1,0 +1,435 @@
+"""The main job: a simulated fabric through the whole system, watched live, then a report.
+
+``Demo(settings, options).run()``:
+
+1. lays out the state folder (``--fresh`` wipes it first): the demo policy, the fabric's
+   ibnetdiscover output and cable plan;
+2. starts the local stack (Kafka, Temporal dev server) and the fabricwatch processes, each a
+   child with its log in ``<state>/logs``: the ledger owner (``ledger serve --ingest``, the
+   embedded chdb ledger's one writer, serving its HTTP endpoint), the stream worker, the
+   runbook worker (Temporal worker + dispatcher), and two simulators — the InfiniBand fabric
+   of the chosen preset with the scripted faults, and a small RoCE fabric for the pause storm;
+3. watches: events/s and lag per topic, detections, runbooks by state, the breaker per SU,
+   and acts as the site's technicians (each ladder step a runbook waits for is reported done
+   after a short delay), until every fault was detected and every runbook reached a decision;
+4. writes the report (terminal summary and HTML) from the ledger, then stops everything.
+
+Nothing here decides anything about the fabric: the detectors, the runbooks and the ledger
+are the same processes an operator runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import shutil
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.live import Live
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+from fabricwatch.demo.scenario import Expectation, Scenario, build_scenario
+from fabricwatch.demo.view import LiveState, render
+from fabricwatch.demo.watch import watch_detections, watch_topics
+from fabricwatch.procs import ChildProcess
+from fabricwatch.settings import Settings
+from fabricwatch.stack import LocalStack
+from schemas import Detection
+from schemas.topics import INPUT_TOPICS
+
+# Demo policy: the production defaults except the clocks a person would not wait for. It says
+# so in the file the workers load, and the report repeats it.
+DEMO_POLICY = """\
+# fabricwatch demo policy. Production defaults everywhere except the runbook's clocks:
+# the clean-counter wait before return to service is shortened from 24 h to {clean},
+# technician reminders from 4 h to 30 s, so that a run ends in minutes.
+fabricHealth:
+  flapDampening: {{window: 30m, maxLinkDowns: 2, action: isolatePort}}
+  degradedLink: {{expectWidth: 4X, expectSpeed: NDR, action: isolatePort}}
+  breaker: {{maxIsolatedPortsPerSU: 1%}}
+  repairLadder: [clean-and-reseat, swap-optic, swap-cable, swap-switch-port]
+  returnToService: [ib_write_bw-per-rail, nccl-allreduce-baseline, counters-clean-24h]
+  shadow:
+    fabrics: [roce-su]          # the RoCE fabric's automation is in shadow mode: decide, record, change nothing
+  runbook:
+    cleanCountersWait: {clean}
+    stepReminder: 30s
+    stepEscalation: 30m
+    approvalTimeout: 24h
+"""
+
+DECIDED_STATES = frozenset({"awaiting_approval", "escalated"})
+STREAMS_GROUP = "fabricwatch-streams"
+TEMPORAL_CALL_S = 10.0  # no Temporal call may stall the watch loop longer than this
+
+
+@dataclass
+class DemoOptions:
+    preset: str = "10k-gpu"
+    short: bool = False  # faults sooner and a 2 s sampling interval (the end-to-end test)
+    fresh: bool = False
+    live: bool = True
+    timeout_s: float = 1800.0
+    clean_wait: str = "45s"
+    technician_delay_s: float = 5.0
+    keep_running: bool = False
+    report_path: Path | None = None
+
+
+@dataclass
+class RunbookView:
+    workflow_id: str
+    state: str  # running | awaiting_technician | awaiting_approval | ... | completed outcome
+    step: str
+    done: bool
+    outcome: str | None = None
+
+
+@dataclass
+class DemoResult:
+    ok: bool
+    elapsed_s: float
+    detected: dict[str, list[str]] = field(default_factory=dict)  # label -> detection ids
+    missing: list[str] = field(default_factory=list)
+    runbooks: dict[str, RunbookView] = field(default_factory=dict)
+    undecided: list[str] = field(default_factory=list)
+    breaker: dict[str, tuple[int, int]] = field(default_factory=dict)
+    report_html: Path | None = None
+    message: str = ""
+
+
+class DemoError(RuntimeError):
+    """The demo could not start or a part of it died; the message names the log to read."""
+
+
+class Demo:
+    def __init__(self, settings: Settings, options: DemoOptions,
+                 console: Console | None = None) -> None:
+        self.settings = settings
+        self.opts = options
+        self.console = console or Console()
+        self.state_dir = settings.state_dir.resolve()
+        self.demo_dir = self.state_dir / "demo"
+        self.scenario: Scenario = build_scenario(options.preset, short=options.short)
+        self.children: list[ChildProcess] = []
+        self.live = LiveState()
+        self.detected: dict[str, list[str]] = {e.label: [] for e in self.scenario.expectations}
+        self._started_wall = time.time()
+
+    # ---- set-up -------------------------------------------------------------------------
+
+    def _prepare(self) -> None:
+        if self.opts.fresh and self.state_dir.exists():
+            LocalStack(self.settings).down()  # nothing may hold the folder we wipe
+            shutil.rmtree(self.state_dir)
+        self.demo_dir.mkdir(parents=True, exist_ok=True)
+        (self.demo_dir / "policy.yaml").write_text(DEMO_POLICY.format(clean=self.opts.clean_wait))
+        topo = self.demo_dir / "ibnetdiscover.txt"
+        if not topo.exists() or not (self.demo_dir / "plan.csv").exists():
+            from sim.topology import generate
+
+            fabric = generate(self.opts.preset)
+            topo.write_text(fabric.to_ibnetdiscover())
+            (self.demo_dir / "plan.csv").write_text(fabric.to_plan_csv())
+
+    def _env(self) -> dict[str, str]:
+        import os
+
+        env = dict(os.environ)
+        env.update({
+            "FABRICWATCH_STATE_DIR": str(self.state_dir),
+            "FABRICWATCH_POLICY_PATH": str(self.demo_dir / "policy.yaml"),
+            "FABRICWATCH_PLAN_PATH": str(self.demo_dir / "plan.csv"),
+            "FABRICWATCH_FABRIC": self.scenario.ib_fabric,
+            "FABRICWATCH_KAFKA__BOOTSTRAP": self.settings.kafka.bootstrap_servers,
+            "FABRICWATCH_TEMPORAL__ADDRESS": self.settings.temporal.target,
+            "FABRICWATCH_LEDGER__HTTP_PORT": str(self.settings.ledger.http_port),
+            "PYTHONUNBUFFERED": "1",
+        })
+        return env
+
+    def _child(self, name: str, *args: str) -> ChildProcess:
+        argv = [sys.executable, "-m", "fabricwatch", *args]
+        child = ChildProcess(name, argv, self.state_dir / "logs" / f"{name}.log",
+                             env=self._env(), cwd=self.state_dir)
+        self.children.append(child.start())
+        return child
+
+    def _start_children(self) -> None:
+        sc = self.scenario
+        self._child("ledger", "ledger", "serve", "--ingest")
+        self._child("worker", "worker", "--no-ledger")
+        self._child("runbooks", "runbook-worker", "--records", "kafka", "--topology",
+                    str(self.demo_dir / "ibnetdiscover.txt"))
+        ib_faults = [arg for spec in sc.specs(sc.ib_fabric) for arg in ("--fault", spec)]
+        self._child("sim-ib", "sim", "run", "--preset", sc.ib_preset, "--interval", sc.interval,
+                    "--topology-every", "3", "--probe-every", "2",
+                    "--state-dir", str(self.state_dir / "sim"), *ib_faults)
+        roce_faults = [arg for spec in sc.specs(sc.roce_fabric) for arg in ("--fault", spec)]
+        self._child("sim-roce", "sim", "run", "--preset", sc.roce_preset, "--transport", "roce",
+                    "--fabric", sc.roce_fabric, "--interval", sc.interval,
+                    "--topology-every", "0", "--probe-every", "2",
+                    "--state-dir", str(self.state_dir / "sim-roce"), *roce_faults)
+
+    def _check_children(self) -> None:
+        for child in self.children:
+            if not child.running:
+                raise DemoError(f"{child.name} exited with code {child.returncode}; "
+                                f"its log {child.log} ends:\n{child.tail()}")
+
+    def _stop_children(self) -> None:
+        for child in reversed(self.children):  # simulators first, the ledger owner last
+            child.stop()
+        self.children.clear()
+
+    @contextlib.contextmanager
+    def _step(self, progress: Progress, text: str) -> Iterator[None]:
+        task = progress.add_task(text, total=None)
+        yield
+        progress.update(task, completed=1, total=1, description=f"[green]✓[/] {text}")
+
+    # ---- the run ----------------------------------------------------------------------
+
+    def run(self) -> DemoResult:
+        # aiokafka logs every retry while a fresh broker elects leaders; the view says enough.
+        logging.getLogger("aiokafka").setLevel(logging.ERROR)
+        stack = LocalStack(self.settings)
+        started = time.monotonic()
+        try:
+            with Progress(SpinnerColumn(), TextColumn("{task.description}"),
+                          TimeElapsedColumn(), console=self.console,
+                          transient=False) as progress:
+                with self._step(progress, f"laying out {self.state_dir} "
+                                          f"({self.opts.preset} fabric, demo policy)"):
+                    self._prepare()
+                with self._step(progress, "starting Kafka (KRaft) and the Temporal dev server"):
+                    stack.up()
+                with self._step(progress, "starting the ledger, stream worker, runbook worker "
+                                          "and simulators"):
+                    self._start_children()
+            self.live.scenario = [(e.label, "waiting") for e in self.scenario.expectations]
+            self.live.phase = "running the scenario"
+            result = asyncio.run(self._watch())
+            result.elapsed_s = time.monotonic() - started
+            result.report_html = self._report()
+            return result
+        finally:
+            if not self.opts.keep_running:
+                self._stop_children()
+                stack.down()
+
+    async def _watch(self) -> DemoResult:
+        bootstrap = self.settings.kafka.bootstrap_servers
+        topics = [t.name for t in INPUT_TOPICS] + ["fabric.detections", "fabric.actions",
+                                                   "fabric.dlq"]
+        tasks = [asyncio.create_task(watch_topics(self.live, bootstrap, topics, STREAMS_GROUP)),
+                 asyncio.create_task(self._detections(bootstrap))]
+        try:
+            return await self._until_decided()
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _detections(self, bootstrap: str) -> None:
+        seen = len(self.live.detections)
+        task = asyncio.create_task(watch_detections(self.live, bootstrap))
+        try:
+            while True:
+                await asyncio.sleep(0.2)
+                while seen < self.live.detections_total:
+                    for det in list(self.live.detections)[-(self.live.detections_total - seen):]:
+                        self._match(det)
+                    seen = self.live.detections_total
+        finally:
+            task.cancel()
+
+    def _match(self, detection: Detection) -> None:
+        for index, expectation in enumerate(self.scenario.expectations):
+            if expectation.matches(detection):
+                self.detected[expectation.label].append(detection.id)
+                self.live.scenario[index] = (expectation.label,
+                                             f"detected: {detection.detection.value} on "
+                                             f"{detection.key}")
+
+    async def _until_decided(self) -> DemoResult:
+        from workflows.worker import connect
+
+        client = await connect(self.settings)
+        deadline = time.monotonic() + self.opts.timeout_s
+        acted: dict[tuple[str, str], float] = {}  # (workflow, step) -> when the tech finishes
+        stable_since: float | None = None
+        last_count = -1
+        last_print = 0.0
+        live_ctx: Any = (Live(render(self.live), console=self.console, refresh_per_second=2,
+                              transient=False)
+                         if self.opts.live and self.console.is_terminal
+                         else contextlib.nullcontext())
+        with live_ctx as live:
+            while True:
+                self._check_children()
+                runbooks = await self._runbooks(client)
+                await self._technicians(client, runbooks, acted)
+                self.live.runbooks_by_state = _count_states(runbooks)
+                self.live.breaker = await self._breaker(client)
+                if live is not None:
+                    live.update(render(self.live))
+                elif time.monotonic() - last_print > 15:
+                    last_print = time.monotonic()
+                    self.console.print(_status_line(self.live, self.detected))
+                missing = [e.label for e in self.scenario.expectations if not self.detected[e.label]]
+                undecided = [r.workflow_id for r in runbooks.values()
+                             if not r.done and r.state not in DECIDED_STATES]
+                if len(runbooks) != last_count:
+                    last_count, stable_since = len(runbooks), time.monotonic()
+                settled = stable_since is not None and time.monotonic() - stable_since > 15
+                if not missing and not undecided and runbooks and settled:
+                    self.live.phase = "every fault detected, every runbook decided"
+                    if live is not None:
+                        live.update(render(self.live))
+                    return self._result(True, runbooks, [], [], "")
+                if time.monotonic() > deadline:
+                    return self._result(False, runbooks, missing, undecided,
+                                        f"timed out after {self.opts.timeout_s:.0f} s")
+                await asyncio.sleep(1.0)
+
+    async def _runbooks(self, client: Any) -> dict[str, RunbookView]:
+        from temporalio.client import WorkflowExecutionStatus
+
+        from workflows.remediation.workflows import PortRemediation
+
+        views: dict[str, RunbookView] = {}
+        for wf in await _listed(client, "WorkflowType = 'PortRemediation'"):
+            if wf.start_time.timestamp() < self._started_wall - 5 and not self.opts.fresh:
+                continue  # a runbook of an earlier run: not this demo's to drive
+            if wf.status == WorkflowExecutionStatus.RUNNING:
+                try:
+                    st = await asyncio.wait_for(
+                        client.get_workflow_handle(wf.id).query(PortRemediation.status),
+                        TEMPORAL_CALL_S)
+                except Exception:  # noqa: BLE001, S112 - a busy workflow answers next round
+                    continue
+                views[wf.id] = RunbookView(wf.id, st.state, st.step, False)
+            else:
+                outcome = wf.status.name.lower() if wf.status else "unknown"
+                with contextlib.suppress(Exception):
+                    handle = client.get_workflow_handle_for(PortRemediation.run, wf.id)
+                    outcome = (await asyncio.wait_for(handle.result(), TEMPORAL_CALL_S)).outcome
+                views[wf.id] = RunbookView(wf.id, outcome, "done", True, outcome)
+        return views
+
+    async def _technicians(self, client: Any, runbooks: dict[str, RunbookView],
+                           acted: dict[tuple[str, str], float]) -> None:
+        """The site's technicians: each awaited ladder step is done a few seconds later."""
+        from workflows.remediation.models import StepDone
+        from workflows.remediation.workflows import PortRemediation
+
+        now = time.monotonic()
+        for view in runbooks.values():
+            if view.done or view.state != "awaiting_technician":
+                continue
+            rung = view.step.removeprefix("ladder:")
+            key = (view.workflow_id, view.step)
+            due = acted.setdefault(key, now + self.opts.technician_delay_s)
+            if now < due:
+                continue
+            try:
+                await asyncio.wait_for(
+                    client.get_workflow_handle(view.workflow_id).execute_update(
+                        PortRemediation.complete_step,
+                        StepDone(step=rung, actor="tech:demo-site",
+                                 note="done by the demo's simulated technician")),
+                    TEMPORAL_CALL_S)
+            except Exception as exc:  # noqa: BLE001 - retried next round
+                self.live.notes.append(f"technician could not report {rung}: {exc!r:.80}")
+                acted[key] = now + self.opts.technician_delay_s
+                continue
+            self.live.notes.append(f"technician: {rung} done on "
+                                   f"{view.workflow_id.removeprefix('remediate/')}")
+            acted[key] = float("inf")
+
+    async def _breaker(self, client: Any) -> dict[str, tuple[int, int]]:
+        from workflows.budget.workflows import IsolationBudget
+
+        out: dict[str, tuple[int, int]] = {}
+        for wf in await _listed(client, "WorkflowType = 'IsolationBudget' AND "
+                                        "ExecutionStatus = 'Running'"):
+            with contextlib.suppress(Exception):
+                st = await asyncio.wait_for(
+                    client.get_workflow_handle(wf.id).query(IsolationBudget.state),
+                    TEMPORAL_CALL_S)
+                out[f"{st.fabric}/{st.su or 'all'}"] = (st.in_use, st.limit)
+        return out
+
+    def _result(self, ok: bool, runbooks: dict[str, RunbookView], missing: list[str],
+                undecided: list[str], message: str) -> DemoResult:
+        return DemoResult(ok=ok, elapsed_s=0.0, detected=dict(self.detected), missing=missing,
+                          runbooks=runbooks, undecided=undecided, breaker=dict(self.live.breaker),
+                          message=message)
+
+    # ---- the report -------------------------------------------------------------------
+
+    def _report(self) -> Path | None:
+        from fabricwatch.report.build import build_report
+        from fabricwatch.report.html import render_html
+        from fabricwatch.report.terminal import print_summary
+        from ledger.http import advertised_endpoint
+        from ledger.server import ServerLedger
+
+        url = advertised_endpoint(self.state_dir)
+        if url is None:
+            self.console.print("[yellow]the ledger endpoint is gone; no report[/]")
+            return None
+        time.sleep(3)  # the ledger owner commits its last batch
+        ledger = ServerLedger(url)
+        try:
+            report = build_report(ledger, since_ms=int(self._started_wall * 1000) - 3_600_000,
+                                  until_ms=int(time.time() * 1000) + 60_000,
+                                  temporal_ui=f"http://{self.settings.temporal.host}:"
+                                              f"{self.settings.temporal.ui_port}/namespaces/"
+                                              f"{self.settings.temporal.namespace}/workflows")
+        finally:
+            ledger.close()
+        path = self.opts.report_path or self.demo_dir / "report.html"
+        path.write_text(render_html(report), encoding="utf-8")
+        print_summary(report, self.console)
+        self.console.print(f"report: {path}")
+        return path
+
+
+def _status_line(live: LiveState, detected: dict[str, list[str]]) -> str:
+    caught = sum(1 for ids in detected.values() if ids)
+    states = ", ".join(f"{n} {s}" for s, n in sorted(live.runbooks_by_state.items())) or "none"
+    rates = sum(t.per_s for t in live.topics.values())
+    return (f"[{time.strftime('%H:%M:%S')}] {rates:,.0f} events/s; {live.detections_total} "
+            f"detections; faults caught {caught}/{len(detected)}; runbooks: {states}"
+            + (f"; {live.notes[-1]}" if live.notes else ""))
+
+
+async def _listed(client: Any, query: str) -> list[Any]:
+    """The workflows a visibility query finds, or none when Temporal is slow to answer."""
+    async def collect() -> list[Any]:
+        return [wf async for wf in client.list_workflows(query)]
+
+    try:
+        return await asyncio.wait_for(collect(), TEMPORAL_CALL_S * 3)
+    except TimeoutError:
+        return []
+
+
+def _count_states(runbooks: dict[str, RunbookView]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for view in runbooks.values():
+        out[view.state] = out.get(view.state, 0) + 1
+    return out
+
+
+def describe(expectations: list[Expectation]) -> list[str]:
+    return [f"{e.label}: {e.spec} -> {e.detection}" for e in expectations]
