@@ -57,7 +57,7 @@ fabricHealth:
   repairLadder: [clean-and-reseat, swap-optic, swap-cable, swap-switch-port]
   returnToService: [ib_write_bw-per-rail, nccl-allreduce-baseline, counters-clean-24h]
   shadow:
-    fabrics: [roce-su]          # the RoCE fabric's automation is in shadow mode: decide, record, change nothing
+    fabrics: [roce-su]   # RoCE automation in shadow mode: decide, record, change nothing
   runbook:
     cleanCountersWait: {clean}
     stepReminder: 30s
