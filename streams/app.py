@@ -76,6 +76,10 @@ class StreamsApp:
             topic_replication_factor=settings.streams.topic_replication_factor,
             table_standby_replicas=settings.streams.standby_replicas,
             stream_wait_empty=False,
+            # The consumer hands every partition's messages to the agents through bounded
+            # queues and stops fetching when one is full: a deep counters queue would hold
+            # traps back behind seconds of counters. 256 is ~0.25 s of counters work.
+            stream_buffer_maxsize=256,
             producer_acks=-1,
             producer_linger_ms=5,
             producer_compression_type="lz4",  # changelogs of JSON states shrink ~5x
