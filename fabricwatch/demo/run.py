@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import logging
 import shutil
+import signal
 import sys
 import time
 from collections.abc import Iterator
@@ -200,6 +201,9 @@ class Demo:
     def run(self) -> DemoResult:
         # aiokafka logs every retry while a fresh broker elects leaders; the view says enough.
         logging.getLogger("aiokafka").setLevel(logging.ERROR)
+        # SIGTERM stops the demo like Ctrl-C: through the finally below, which stops every
+        # child's process group (a child that ignores SIGTERM is killed after a grace period).
+        signal.signal(signal.SIGTERM, _interrupt)
         stack = LocalStack(self.settings)
         started = time.monotonic()
         try:
@@ -402,6 +406,10 @@ class Demo:
         print_summary(report, self.console)
         self.console.print(f"report: {path}")
         return path
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def _status_line(live: LiveState, detected: dict[str, list[str]]) -> str:
