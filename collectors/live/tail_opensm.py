@@ -19,8 +19,11 @@ Port resolution (the decision issue 12 asks for). opensm 3.3.23 at its default l
 ``log_trap_info: Received Generic Notice type:1 num:128 (Link state change) ... from LID:N``
 naming the switch only; it has no per-port "changed state" line at any level (checked:
 ``-D 0x07`` and ``-V`` logs of a flap carry none). So a fresh trap 128 makes the follower ask
-the fabric: one ``iblinkinfo --switches-only -l`` scan (traps of one burst share a scan)
-compared with the previous scan gives every switch port whose physical state changed
+the fabric: opensm logs the directed route to the trapping switch on the next line (``SM
+class trap 128: Directed Path Dump ... Path = 0,5``), and ``iblinkinfo -D 0,5 -n 0 -l``
+reads that one switch's ports (a whole-fabric ``iblinkinfo --switches-only -l`` takes 20 s
+at 10k GPUs; it is the fallback when a route is missing, and the start-up baseline);
+compared with the previous reading this gives every switch port whose physical state changed
 (``LinkUp`` -> anything else is ``down``, back to ``LinkUp`` is ``up``), stamped with the
 trap's time and ``trap: 128``. A trap older than ``fresh_s`` (read while catching up after a
 restart) cannot be resolved by asking now: it is counted as unresolved and logged, and
@@ -59,6 +62,9 @@ log = logging.getLogger(__name__)
 _TRAP = re.compile(r"^(\w{3})\s+(\d{1,2})\s+(\d{2}):(\d{2}):(\d{2})\s+(\d{6})\s+\[[0-9A-Fa-f]+\]"
                    r"\s+0x[0-9A-Fa-f]{2}\s+->\s?log_trap_info: Received Generic Notice "
                    r"type:\d+ num:(\d+) \(([^)]*)\).*?from LID:(\d+)")
+# The line opensm writes right after the trap: the directed route to the switch that sent it.
+_TRAP_PATH = re.compile(r"SM class trap (\d+): Directed Path Dump of \d+ hop path: Path = ([\d,]+)")
+_DR_PATH = re.compile(r"^0(?:,\d{1,3}){0,63}$")
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 LINK_TRAPS = {128}
 READ_CHUNK = 1 << 20
@@ -253,9 +259,17 @@ class PortScan:
     fabric: str
     timeout_s: float = 30.0
 
-    async def __call__(self, lids: LidMap | None) -> dict[tuple[str, int], str]:
-        text = await self.runner.check(["iblinkinfo", *self.runner.local_args(),
-                                        "--switches-only", "-l"], self.timeout_s)
+    async def __call__(self, lids: LidMap | None, path: str | None = None
+                       ) -> dict[tuple[str, int], str]:
+        """Every switch port, or (``path``, a directed route) the one switch at its end."""
+        argv = ["iblinkinfo", *self.runner.local_args()]
+        if path is not None:
+            if not _DR_PATH.match(path):
+                raise ValueError(f"{path!r} is not a directed route")
+            argv += ["-D", path, "-n", "0", "-l"]
+        else:
+            argv += ["--switches-only", "-l"]
+        text = await self.runner.check(argv, self.timeout_s)
         states: dict[tuple[str, int], str] = {}
         for ev in parse_iblinkinfo(text, fabric=self.fabric, ts=0, lids=lids):
             for sample in ev.ports:
@@ -264,7 +278,7 @@ class PortScan:
         return states
 
 
-ScanFn = Callable[[LidMap | None], Any]
+ScanFn = Callable[..., Any]  # (lids, path=None) -> {(device, port): phys_state}
 
 
 @dataclass
@@ -275,6 +289,7 @@ class TailStats:
     stale_traps: int = 0
     unresolved: int = 0
     scans: int = 0
+    targeted_scans: int = 0
     scan_failures: int = 0
     notes: list[str] = field(default_factory=list)
 
@@ -289,6 +304,7 @@ class OpensmTail:
     def __init__(self, follower: LogFollower, publisher: PublisherLike, *, fabric: str,
                  tz: str | tzinfo = "UTC", lids: Callable[[], LidMap | None] = lambda: None,
                  scan: ScanFn | None = None, fresh_s: float = 30.0,
+                 peers: Callable[[], dict[tuple[str, int], tuple[str, int]]] = dict,
                  clock: Callable[[], float] = time.time) -> None:
         self.follower = follower
         self.publisher = publisher
@@ -296,6 +312,7 @@ class OpensmTail:
         self.tz = zone(tz)
         self.lids = lids
         self.scan = scan
+        self.peers = peers  # port -> the other cable end, from the latest topology
         self.fresh_s = fresh_s
         self.clock = clock
         self.stats = TailStats()
@@ -320,27 +337,85 @@ class OpensmTail:
             self.stats.scan_failures += 1
             log.warning("baseline port scan failed: %s", exc)
 
-    async def _trap_events(self, traps: list[tuple[int, str, int]]) -> list[PortEvent]:
-        """One scan for a burst of fresh traps; the changed ports become events."""
+    def _peers_unread(self, before: dict[tuple[str, int], str],
+                      now: dict[tuple[str, int], str], read: set[str]
+                      ) -> set[tuple[str, int]] | None:
+        """Switch ports at the far end of a changed cable that were not read (None: a
+        changed port whose far end is not known at all)."""
+        peers = self.peers()
+        far_ends: set[tuple[str, int]] = set()
+        for key, new in now.items():
+            if key[0] in read and _up(before.get(key, "")) != _up(new):
+                far = peers.get(key)
+                if far is None:
+                    return None
+                if far in before and far[0] not in read:
+                    far_ends.add(far)
+        return far_ends
+
+    async def _full_scan(self, lids: LidMap | None, need: set[tuple[str, int]]
+                         ) -> dict[tuple[str, int], str]:
+        """The whole fabric; read again (up to 3 times) while a port in ``need`` is missing,
+        as a scan that overlaps opensm's sweep can come back without some switches."""
+        now: dict[tuple[str, int], str] = {}
+        if self.scan is None:
+            return now
+        for attempt in range(3):
+            now = await self.scan(lids)
+            self.stats.scans += 1
+            if need <= set(now):
+                break
+            await asyncio.sleep(0.3 * (attempt + 1))
+        return now
+
+    async def _trap_events(self, traps: list[tuple[int, str, int]],
+                           paths: dict[int, str] | None = None) -> list[PortEvent]:
+        """One scan for a burst of fresh traps; the changed ports become events.
+
+        When opensm logged the directed route of every trapping switch (the ``SM class trap
+        128: Directed Path Dump`` line after each trap) only those switches are read
+        (``iblinkinfo -D ROUTE -n 0``: one switch's ports, not the fabric's; 20 s -> well
+        under a second at 10k GPUs); otherwise the whole fabric is scanned.
+        """
         if self.scan is None or not traps:
             return []
+        lids = self.lids()
+        routes = [paths[lid] for lid in sorted({t[2] for t in traps})
+                  if paths and lid in paths]
+        targeted = self._ports is not None and len(routes) == len({t[2] for t in traps})
         try:
-            now = await self.scan(self.lids())
-            self.stats.scans += 1
-        except (ToolError, ParseError) as exc:
+            if targeted:
+                now = dict(self._ports or {})
+                read: set[str] = set()
+                for route in routes:
+                    part = await self.scan(lids, path=route)
+                    now.update(part)
+                    read |= {d for d, _ in part}
+                self.stats.targeted_scans += len(routes)
+                need = self._peers_unread(self._ports or {}, now, read)
+                if need is None or need:
+                    # A cable to another switch changed and that switch's trap is not in
+                    # this batch (or was suppressed): read the fabric rather than guess.
+                    now = await self._full_scan(lids, need or set())
+            else:
+                now = await self._full_scan(lids, set())
+        except (ToolError, ParseError, ValueError) as exc:
             self.stats.scan_failures += 1
             self.stats.unresolved += len(traps)
             log.warning("port scan after trap failed: %s", exc)
             return []
-        before, self._ports = self._ports, now
+        before = self._ports
+        # A port missing from a reading (a scan cut short by a busy SM) is unknown, not down:
+        # it keeps its last known state.
+        self._ports = {**(before or {}), **now}
         if before is None:
             self.stats.unresolved += len(traps)
             return []
         ts, line, lid = traps[0]
         events = []
-        for key in sorted(set(before) | set(now)):
-            old, new = before.get(key, ""), now.get(key, "")
-            if _up(old) == _up(new):
+        for key in sorted(now):
+            old, new = before.get(key), now[key]
+            if old is None or _up(old) == _up(new):
                 continue
             device, port = key
             state = "up" if _up(new) else "down"
@@ -348,7 +423,7 @@ class OpensmTail:
                 id=stable_id("opensm-trap", self.fabric, line, device, port, state),
                 ts=ts, fabric=self.fabric, source="opensm", device=device, port=port,
                 state=state, trap=128, phys_state=new or None,
-                reason=f"trap 128 from LID {lid}; {old or '?'} -> {new or 'gone'}"))
+                reason=f"trap 128 from LID {lid}; {old} -> {new or '?'}"))
         if not events:
             self.stats.unresolved += 1  # changed and changed back before the scan
         return events
@@ -361,7 +436,14 @@ class OpensmTail:
         text = "\n".join(lines)
         now_ms = int(self.clock() * 1000)
         traps: list[tuple[int, str, int]] = []
+        paths: dict[int, str] = {}
+        pending_lid: int | None = None
         for line in lines:
+            pm = _TRAP_PATH.search(line)
+            if pm and pending_lid is not None and int(pm.group(1)) in LINK_TRAPS:
+                paths.setdefault(pending_lid, pm.group(2))
+                pending_lid = None
+                continue
             m = _TRAP.match(line)
             if m is None or int(m.group(7)) not in LINK_TRAPS:
                 continue
@@ -371,7 +453,8 @@ class OpensmTail:
                 self.stats.stale_traps += 1
                 continue
             traps.append((ts, line, int(m.group(9))))
-        events += await self._trap_events(traps)
+            pending_lid = int(m.group(9))
+        events += await self._trap_events(traps, paths)
         if text.strip():
             try:
                 year = datetime.fromtimestamp(self.clock(), UTC).year
@@ -449,6 +532,10 @@ class LatestLids:
     def __init__(self) -> None:
         self.ts = -1
         self.map: LidMap | None = None
+        self.peer_map: dict[tuple[str, int], tuple[str, int]] = {}
+
+    def peers(self) -> dict[tuple[str, int], tuple[str, int]]:
+        return self.peer_map
 
     def __call__(self) -> LidMap | None:
         return self.map
@@ -457,3 +544,8 @@ class LatestLids:
         if topology.ts >= self.ts:
             self.ts = topology.ts
             self.map = LidMap.from_topology(topology)
+            peers: dict[tuple[str, int], tuple[str, int]] = {}
+            for link in topology.links:
+                peers[(link.a_device, link.a_port)] = (link.b_device, link.b_port)
+                peers[(link.b_device, link.b_port)] = (link.a_device, link.a_port)
+            self.peer_map = peers

@@ -73,6 +73,7 @@ def opensm(path: Path, tz: str, lab: bool, ca: str | None, ca_port: int | None, 
                              client_id="fabricwatch-tail-opensm") as pub:
             follower = LogFollower(path, state)
             tailer = OpensmTail(follower, pub, fabric=settings.fabric, tz=tz, lids=lids,
+                                peers=lids.peers,
                                 scan=None if no_scan else PortScan(runner, settings.fabric))
             try:
                 await tailer.run(stop, poll_s=poll_s)

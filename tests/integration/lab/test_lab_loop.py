@@ -121,7 +121,7 @@ async def test_flap_in_ibsim_is_isolated_by_the_runbook_and_returned(
         follower = LogFollower(lab.opensm_log, tmp_path / "tail.json")
         follower.read()  # start at the end: the start-up sweep is not this test's business
         follower.commit()
-        tail = OpensmTail(follower, pub, fabric=fabric, lids=lids,
+        tail = OpensmTail(follower, pub, fabric=fabric, lids=lids, peers=lids.peers,
                           scan=PortScan(runner, fabric))
         await tail.baseline()
         tail_task = asyncio.create_task(tail.run(stop, poll_s=0.1))
@@ -136,6 +136,8 @@ async def test_flap_in_ibsim_is_isolated_by_the_runbook_and_returned(
             stop.set()
             await asyncio.gather(tail_task, topo_task)
             follower.close()
+    # each trap was resolved by reading only the trapping switch (its directed route)
+    assert tail.stats.targeted_scans >= 3, tail.stats
     downs = [e for e in events if e.device == device and e.port == port and e.state == "down"]
     assert len(downs) == 3 and all(e.trap == 128 and e.source == "opensm" for e in downs)
     # the host end left and joined the subnet as opensm logged it (drop_mgr / new port)

@@ -119,3 +119,35 @@ def test_stale_traps_are_counted_not_guessed(tmp_path: Path) -> None:
     assert events == [] or all(e.trap is None for e in events)
     assert tail.stats.traps >= 6 and tail.stats.stale_traps == tail.stats.traps
     assert calls == []
+
+
+def test_a_trap_with_its_directed_route_reads_only_that_switch(tmp_path: Path) -> None:
+    asked: list[str | None] = []
+
+    async def scan(_lids: LidMap | None, path: str | None = None
+                   ) -> dict[tuple[str, int], str]:
+        asked.append(path)
+        if path is None:  # the baseline: the whole fabric
+            return {("spine-a", 3): "LinkUp", ("leaf-b", 5): "LinkUp"}
+        return {("spine-a", 3): "Polling"}
+
+    log = tmp_path / "opensm.log"
+    log.write_text("", encoding="utf-8")
+    lines = [
+        "Nov 29 17:33:08 940993 [6C27C6C0] 0x01 -> log_trap_info: Received Generic Notice "
+        "type:1 num:128 (Link state change) Producer:2 (Switch) from LID:5 TID:0x0",
+        "Nov 29 17:33:08 941227 [6C27C6C0] 0x02 -> SM class trap 128: Directed Path Dump of "
+        "1 hop path: Path = 0,5",
+    ]
+    tail = OpensmTail(LogFollower(log, tmp_path / "p.json"), Sink(), fabric="f", scan=scan,
+                      clock=lambda: 1795973589.0,
+                      peers=lambda: {("spine-a", 3): ("node1/mlx5_0", 1)})  # a host cable
+
+    async def go() -> list[object]:
+        await tail.baseline()
+        return list(await tail.process(lines))
+
+    events = asyncio.run(go())
+    assert asked == [None, "0,5"]
+    assert [(e.device, e.port, e.state) for e in events] == [("spine-a", 3, "down")]  # type: ignore[attr-defined]
+    assert tail.stats.targeted_scans == 1
