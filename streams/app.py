@@ -61,6 +61,15 @@ class StreamsApp:
                  app_id: str = APP_ID) -> None:
         self.settings = settings
         self.policy = policy
+        # The cable plan (FABRICWATCH_PLAN_PATH): what degraded-link judges widths and
+        # speeds against, and what the topology diff agent checks snapshots against.
+        self.plan: Any = None
+        if settings.plan_path is not None:
+            from streams.topology.plan import expectation_from_plan, load_plan_file
+
+            self.plan = load_plan_file(settings.plan_path)  # PlanError: the caller's exit 2
+            if context is None:
+                context = Context(expectation=expectation_from_plan(self.plan))
         self.engine = Engine(policy, context)
         self.datadir = Path(settings.state_dir) / "streams" / app_id / f"worker-{worker_index}"
         self.datadir.mkdir(parents=True, exist_ok=True)
@@ -137,10 +146,9 @@ class StreamsApp:
         # Changelogs too: Faust declares them concurrently with the first table writes,
         # and a write before its changelog exists fails the partition check.
         compacted = set()
-        for table in (self.flap_table, self.counters_table, self.probes_table,
-                      self.topology_table, self.breaker_table):
+        for table in self.app.tables.values():
             name = table.changelog_topic.get_topic_name()
-            wanted[name] = table.partitions
+            wanted[name] = table.partitions or self.n_port
             compacted.add(name)
         admin = AIOKafkaAdminClient(bootstrap_servers=self.settings.kafka.bootstrap_servers)
         await admin.start()
@@ -170,6 +178,10 @@ class StreamsApp:
         for module in (flap_agent, counters_agent, probes_agent, topology_agent,
                        breaker_agent):
             module.register(self)
+        if self.plan is not None:  # the topology area's diff agent (miswire, missing, ...)
+            from streams.topology import agent as topology_diff_agent
+
+            topology_diff_agent.register_streams(self, self.plan)
 
         @self.app.timer(interval=1.0)  # type: ignore[untyped-decorator]
         async def flush_ledger() -> None:

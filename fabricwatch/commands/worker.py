@@ -70,7 +70,14 @@ def worker_command(policy_path: Path | None, workers: int, ledger: bool | None, 
 
     logging.basicConfig(level=loglevel.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    sa = StreamsApp(settings, policy, ledger=ledger, worker_index=worker_index, app_id=app_id)
+    from streams.topology.plan import PlanError
+
+    try:
+        sa = StreamsApp(settings, policy, ledger=ledger, worker_index=worker_index,
+                        app_id=app_id)
+    except PlanError as exc:
+        click.echo(f"error: {exc}", err=True)
+        raise SystemExit(2) from None
     if settings.metrics_port is not None:  # one port per supervised worker process
         from fabricwatch.metrics import start_metrics_server
 
