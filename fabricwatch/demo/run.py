@@ -58,7 +58,7 @@ fabricHealth:
   repairLadder: [clean-and-reseat, swap-optic, swap-cable, swap-switch-port]
   returnToService: [ib_write_bw-per-rail, nccl-allreduce-baseline, counters-clean-24h]
   shadow:
-    fabrics: [roce-su]   # RoCE automation in shadow mode: decide, record, change nothing
+    fabrics: [{roce}]   # RoCE automation in shadow mode: decide, record, change nothing
   runbook:
     cleanCountersWait: {clean}
     stepReminder: 30s
@@ -67,7 +67,6 @@ fabricHealth:
 """
 
 DECIDED_STATES = frozenset({"awaiting_approval", "escalated"})
-STREAMS_GROUP = "fabricwatch-streams"
 TEMPORAL_CALL_S = 10.0  # no Temporal call may stall the watch loop longer than this
 
 
@@ -82,6 +81,8 @@ class DemoOptions:
     technician_delay_s: float = 5.0
     keep_running: bool = False
     report_path: Path | None = None
+    fabric: str | None = None  # the IB fabric's name [default: the preset's]; RoCE: NAME-roce
+    app_id: str = "fabricwatch-streams"  # the stream worker's consumer group
 
 
 @dataclass
@@ -118,11 +119,13 @@ class Demo:
         self.console = console or Console()
         self.state_dir = settings.state_dir.resolve()
         self.demo_dir = self.state_dir / "demo"
-        self.scenario: Scenario = build_scenario(options.preset, short=options.short)
+        self.scenario: Scenario = build_scenario(options.preset, short=options.short,
+                                                 fabric_name=options.fabric)
         self.children: list[ChildProcess] = []
         self.live = LiveState()
         self.detected: dict[str, list[str]] = {e.label: [] for e in self.scenario.expectations}
         self._started_wall = time.time()
+        self._known: dict[str, RunbookView] = {}
 
     # ---- set-up -------------------------------------------------------------------------
 
@@ -131,7 +134,8 @@ class Demo:
             LocalStack(self.settings).down()  # nothing may hold the folder we wipe
             shutil.rmtree(self.state_dir)
         self.demo_dir.mkdir(parents=True, exist_ok=True)
-        (self.demo_dir / "policy.yaml").write_text(DEMO_POLICY.format(clean=self.opts.clean_wait))
+        (self.demo_dir / "policy.yaml").write_text(
+            DEMO_POLICY.format(clean=self.opts.clean_wait, roce=self.scenario.roce_fabric))
         topo = self.demo_dir / "ibnetdiscover.txt"
         if not topo.exists() or not (self.demo_dir / "plan.csv").exists():
             from sim.topology import generate
@@ -166,11 +170,12 @@ class Demo:
     def _start_children(self) -> None:
         sc = self.scenario
         self._child("ledger", "ledger", "serve", "--ingest")
-        self._child("worker", "worker", "--no-ledger")
+        self._child("worker", "worker", "--no-ledger", "--app-id", self.opts.app_id)
         self._child("runbooks", "runbook-worker", "--records", "kafka", "--topology",
                     str(self.demo_dir / "ibnetdiscover.txt"))
         ib_faults = [arg for spec in sc.specs(sc.ib_fabric) for arg in ("--fault", spec)]
-        self._child("sim-ib", "sim", "run", "--preset", sc.ib_preset, "--interval", sc.interval,
+        self._child("sim-ib", "sim", "run", "--preset", sc.ib_preset, "--fabric", sc.ib_fabric,
+                    "--interval", sc.interval,
                     "--topology-every", "3", "--probe-every", "2",
                     "--state-dir", str(self.state_dir / "sim"), *ib_faults)
         roce_faults = [arg for spec in sc.specs(sc.roce_fabric) for arg in ("--fault", spec)]
@@ -233,7 +238,7 @@ class Demo:
         bootstrap = self.settings.kafka.bootstrap_servers
         topics = [t.name for t in INPUT_TOPICS] + ["fabric.detections", "fabric.actions",
                                                    "fabric.dlq"]
-        tasks = [asyncio.create_task(watch_topics(self.live, bootstrap, topics, STREAMS_GROUP)),
+        tasks = [asyncio.create_task(watch_topics(self.live, bootstrap, topics, self.opts.app_id)),
                  asyncio.create_task(self._detections(bootstrap))]
         try:
             return await self._until_decided()
@@ -305,29 +310,45 @@ class Demo:
                 await asyncio.sleep(1.0)
 
     async def _runbooks(self, client: Any) -> dict[str, RunbookView]:
+        """Every runbook of this demo's fabrics and where it stands.
+
+        Queries run concurrently, and a runbook already waiting for a human (the breaker's
+        approval, an escalation) is not asked again: only a human moves it on, and on a
+        loaded machine 100+ sequential queries would stall the view for minutes.
+        """
         from temporalio.client import WorkflowExecutionStatus
 
         from workflows.remediation.workflows import PortRemediation
 
-        views: dict[str, RunbookView] = {}
-        for wf in await _listed(client, "WorkflowType = 'PortRemediation'"):
-            if wf.start_time.timestamp() < self._started_wall - 5 and not self.opts.fresh:
-                continue  # a runbook of an earlier run: not this demo's to drive
-            if wf.status == WorkflowExecutionStatus.RUNNING:
+        prefixes = tuple(f"remediate/{f}/" for f in (self.scenario.ib_fabric,
+                                                     self.scenario.roce_fabric))
+        listed = [wf for wf in await _listed(client, "WorkflowType = 'PortRemediation'")
+                  if wf.id.startswith(prefixes)
+                  and wf.start_time.timestamp() >= self._started_wall - 5]
+        gate = asyncio.Semaphore(8)
+
+        async def view(wf: Any) -> RunbookView | None:
+            known = self._known.get(wf.id)
+            running = wf.status == WorkflowExecutionStatus.RUNNING
+            if known is not None and (known.done or (running and known.state in DECIDED_STATES)):
+                return known
+            async with gate:
                 try:
-                    st = await asyncio.wait_for(
-                        client.get_workflow_handle(wf.id).query(PortRemediation.status),
-                        TEMPORAL_CALL_S)
-                except Exception:  # noqa: BLE001, S112 - a busy workflow answers next round
-                    continue
-                views[wf.id] = RunbookView(wf.id, st.state, st.step, False)
-            else:
-                outcome = wf.status.name.lower() if wf.status else "unknown"
-                with contextlib.suppress(Exception):
+                    if running:
+                        st = await asyncio.wait_for(
+                            client.get_workflow_handle(wf.id).query(PortRemediation.status),
+                            TEMPORAL_CALL_S)
+                        return RunbookView(wf.id, st.state, st.step, False)
                     handle = client.get_workflow_handle_for(PortRemediation.run, wf.id)
-                    outcome = (await asyncio.wait_for(handle.result(), TEMPORAL_CALL_S)).outcome
-                views[wf.id] = RunbookView(wf.id, outcome, "done", True, outcome)
-        return views
+                    result = await asyncio.wait_for(handle.result(), TEMPORAL_CALL_S)
+                    return RunbookView(wf.id, result.outcome, "done", True, result.outcome)
+                except Exception:  # noqa: BLE001 - a busy workflow answers next round
+                    return known
+
+        for found in await asyncio.gather(*(view(wf) for wf in listed)):
+            if found is not None:
+                self._known[found.workflow_id] = found
+        return {wf.id: self._known[wf.id] for wf in listed if wf.id in self._known}
 
     async def _technicians(self, client: Any, runbooks: dict[str, RunbookView],
                            acted: dict[tuple[str, str], float]) -> None:

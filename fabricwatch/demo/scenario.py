@@ -62,7 +62,8 @@ def _ends(links: dict[tuple[str, int], tuple[str, int]], device: str, port: int)
     return frozenset(keys)
 
 
-def build_scenario(preset: str, *, short: bool = False) -> Scenario:
+def build_scenario(preset: str, *, short: bool = False, fabric_name: str | None = None
+                   ) -> Scenario:
     """The scripted scenario on ``preset`` (``short``: the faults come sooner, for tests)."""
     from sim.topology import generate
 
@@ -89,8 +90,8 @@ def build_scenario(preset: str, *, short: bool = False) -> Scenario:
     def at(seconds: float) -> str:
         return f"{seconds * scale:.0f}s"
 
-    ib = fabric.params.fabric
-    roce = "roce-su"
+    ib = fabric_name or fabric.params.fabric
+    roce = f"{ib}-roce"
     expectations = [
         Expectation("flapping link", ib, f"flap:{leaf(0, 3)}:5,count=4,every={at(20)},at={at(30)}",
                     "flap", _ends(links, leaf(0, 3), 5), runbook="decided"),
