@@ -12,7 +12,11 @@ streams benchmark produces (``benchmarks/streams_bench.py``: 64-port device batc
    and decompress only, no parsing - the ceiling any consumer on this box can reach;
 2. a bare aiokafka consumer that runs ``schemas.decode`` on every message (the Python floor);
 3. ``fabricwatch worker`` (Faust, detectors, RocksDB tables, ledger sink), timed from
-   "Worker ready" to its committed offsets reaching the end (skip with ``--no-worker``).
+   "Worker ready" to its committed offsets reaching the end (skip with ``--no-worker``),
+   profiled with py-spy for ``--profile-seconds`` while it catches up;
+4. the ledger owner, ``fabricwatch ledger serve --ingest`` (its own consumer group, the
+   embedded chdb ledger), timed from its first committed batch to the end, profiled the
+   same way (skip with ``--no-ledger``). It runs after the worker, not beside it.
 
 Writes benchmarks/results/kafka_floor.json with msgs/s, MB/s (uncompressed value bytes, as
 ConsumerPerformance counts them) and port-samples/s of each, and the ratios between them.
@@ -38,8 +42,10 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks import resources as res  # noqa: E402
 from benchmarks import streams_bench as sb  # noqa: E402
 from benchmarks._machine import write_result  # noqa: E402
+from fabricwatch.procs import ChildProcess  # noqa: E402
 
 LIBS = Path(__file__).resolve().parent.parent / "deploy" / "kafka" / "libs"
 PERF_CLASS = "org.apache.kafka.tools.ConsumerPerformance"
@@ -98,16 +104,21 @@ async def run(args: argparse.Namespace, state: Path, bootstrap: str) -> dict[str
         "bare_port_samples_per_s": round(samples / bare_s),
         "ratio_bare_to_broker": round((end_total / bare_s) / java["msgs_per_s"], 3),
     }
+    profiles: dict[str, Any] = {}
     if not args.no_worker:
         app_id = f"floor-{uuid.uuid4().hex[:8]}"
         worker = sb.WorkerProc(bootstrap, state, app_id, ledger=True)
         try:
             ready = await asyncio.to_thread(worker.wait_ready)
+            spy = (res.start_profiles({"worker": worker.proc.pid}, args.profile_seconds, state)
+                   if args.profile_seconds > 0 else {})
             while await sb.committed_total(bootstrap, app_id, tps) < end_total:
                 if worker.proc.poll() is not None:
                     raise RuntimeError(worker.log.read_bytes()[-3000:].decode(errors="replace"))
                 await asyncio.sleep(0.2)
             worker_s = time.perf_counter() - ready
+            profiles.update(await asyncio.to_thread(res.finish_profiles, spy,
+                                                    args.profile_seconds))
         finally:
             worker.stop()
         out.update({
@@ -117,8 +128,49 @@ async def run(args: argparse.Namespace, state: Path, bootstrap: str) -> dict[str
             "ratio_to_floor": round((samples / worker_s) / (samples / bare_s), 3),
             "ratio_to_broker": round((end_total / worker_s) / java["msgs_per_s"], 4),
         })
+    if args.ledger:
+        out["ledger_owner"], prof = await ledger_owner(bootstrap, state, tps, end_total,
+                                                       samples, args.profile_seconds)
+        profiles.update(prof)
     out["load_average_1m_at_end"] = round(os.getloadavg()[0], 2)
+    out["profile_seconds"] = args.profile_seconds
+    out["profiles"] = profiles
     return out
+
+
+async def ledger_owner(bootstrap: str, state: Path, tps: list[Any], end_total: int,
+                       samples: int, profile_s: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``fabricwatch ledger serve --ingest`` catching up on the same messages (own group)."""
+    from fabricwatch.stack_config import free_ports
+    from ledger.ingest import GROUP_ID
+
+    (port,) = free_ports(1)
+    env = {**os.environ, "FABRICWATCH_STATE_DIR": str(state / "ledger-owner"),
+           "FABRICWATCH_KAFKA__BOOTSTRAP": bootstrap, "FABRICWATCH_LEDGER__HTTP_PORT": str(port)}
+    child = ChildProcess("ledger", [sys.executable, "-m", "fabricwatch", "ledger", "serve",
+                                    "--ingest"], state / "ledger-owner.log", env=env).start()
+    assert child.proc is not None  # noqa: S101 - started above
+    try:
+        t0 = time.perf_counter()
+        first: float | None = None
+        spy: dict[str, Any] = {}
+        while (done := await sb.committed_total(bootstrap, GROUP_ID, tps)) < end_total:
+            if not child.running:
+                raise RuntimeError(child.tail(40))
+            if first is None and done > 0:
+                first = time.perf_counter()
+                if profile_s > 0:
+                    spy = res.start_profiles({"ledger": child.proc.pid}, profile_s, state)
+            await asyncio.sleep(0.2)
+        end = time.perf_counter()
+        prof = await asyncio.to_thread(res.finish_profiles, spy, profile_s) if spy else {}
+    finally:
+        child.stop()
+    # from its first committed batch: the start-up (migrations, group join) is left out
+    steady = end - (first or t0)
+    return ({"wall_from_start_s": round(end - t0, 2), "wall_from_first_commit_s":
+             round(steady, 2), "port_samples_per_s": round(samples / steady),
+             "port_samples_per_s_incl_startup": round(samples / (end - t0))}, prof)
 
 
 def main() -> None:
@@ -126,6 +178,10 @@ def main() -> None:
     parser.add_argument("--ports", type=int, default=100_000)
     parser.add_argument("--intervals", type=int, default=10)
     parser.add_argument("--no-worker", action="store_true")
+    parser.add_argument("--ledger", action=argparse.BooleanOptionalAction, default=True,
+                        help="also time `ledger serve --ingest` catching up on the messages")
+    parser.add_argument("--profile-seconds", type=int, default=30,
+                        help="py-spy the worker and the ledger owner while they catch up")
     parser.add_argument("--bootstrap", default=None)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="fw-kafka-floor-") as tmp:
