@@ -110,6 +110,9 @@ class ChildProcess:
         if self.proc is None:
             return
         stop_group(self.proc.pid, self.proc, grace_s=grace_s)
+        # Reap it: the group can look empty (a zombie leader) before poll() saw the exit.
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=5)
 
     def tail(self, lines: int = 20) -> str:
         try:

@@ -126,6 +126,7 @@ class Demo:
         self.detected: dict[str, list[str]] = {e.label: [] for e in self.scenario.expectations}
         self._started_wall = time.time()
         self._known: dict[str, RunbookView] = {}
+        self._children_started = time.time()
 
     # ---- set-up -------------------------------------------------------------------------
 
@@ -169,6 +170,7 @@ class Demo:
 
     def _start_children(self) -> None:
         sc = self.scenario
+        self._children_started = time.time()
         self._child("ledger", "ledger", "serve", "--ingest")
         self._child("worker", "worker", "--no-ledger", "--app-id", self.opts.app_id)
         self._child("runbooks", "runbook-worker", "--records", "kafka", "--topology",
@@ -262,7 +264,7 @@ class Demo:
 
     def _match(self, detection: Detection) -> None:
         for index, expectation in enumerate(self.scenario.expectations):
-            if expectation.matches(detection):
+            if expectation.matches(detection, int(self._children_started * 1000)):
                 self.detected[expectation.label].append(detection.id)
                 self.live.scenario[index] = (expectation.label,
                                              f"detected: {detection.detection.value} on "
@@ -298,7 +300,8 @@ class Demo:
                              if not r.done and r.state not in DECIDED_STATES]
                 if len(runbooks) != last_count:
                     last_count, stable_since = len(runbooks), time.monotonic()
-                settled = stable_since is not None and time.monotonic() - stable_since > 15
+                settled = (stable_since is not None and time.monotonic() - stable_since > 15
+                           and time.time() - self._children_started > self.scenario.min_duration_s)
                 if not missing and not undecided and runbooks and settled:
                     self.live.phase = "every fault detected, every runbook decided"
                     if live is not None:

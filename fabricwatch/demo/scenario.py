@@ -27,10 +27,13 @@ class Expectation:
     ports: frozenset[str]  # device:port keys that may carry the detection (either cable end)
     devices: frozenset[str] = frozenset()  # or any port of these devices (a rebooted spine's peers)
     runbook: str | None = None  # "decided" when an isolating runbook must reach a decision
+    after_s: float = 0.0  # the fault starts this long after the simulators do
 
-    def matches(self, detection: Detection) -> bool:
+    def matches(self, detection: Detection, started_ms: int = 0) -> bool:
         if detection.fabric != self.fabric or detection.detection.value != self.detection:
             return False
+        if detection.ts < started_ms + self.after_s * 1000:
+            return False  # before the fault began: something else caused it
         if self.devices and detection.device in self.devices:
             return True
         if detection.key in self.ports:
@@ -49,6 +52,7 @@ class Scenario:
     roce_preset: str
     interval: str
     expectations: list[Expectation] = field(default_factory=list)
+    min_duration_s: float = 0.0  # the last fault has played out by then
 
     def specs(self, fabric: str) -> list[str]:
         return [e.spec for e in self.expectations if e.fabric == fabric]
@@ -106,9 +110,12 @@ def build_scenario(preset: str, *, short: bool = False, fabric_name: str | None 
                     f"slow_link:{node_b}/mlx5_1:1,factor=0.6,at={at(20)}", "slow_probe",
                     _ends(links, f"{node_b}/mlx5_1", 1)),
         Expectation("spine reboot", ib, f"spine_reboot:{spine},at={at(240)},for={at(40)}",
-                    "breaker_open", frozenset(), devices=spine_peers | {spine}),
+                    "breaker_open", frozenset(), devices=spine_peers | {spine},
+                    after_s=240 * scale),
         Expectation("RoCE pause storm", roce, f"pause_storm:node0003/mlx5_0:1,at={at(30)}",
                     "pause_storm", frozenset({"node0003/mlx5_0:1", "leaf-su01-r0:3"})),
     ]
+    # the reboot (at 240 s, 40 s long) settles with two more bounces 15 s apart
     return Scenario(ib_fabric=ib, roce_fabric=roce, ib_preset=preset, roce_preset="su",
-                    interval="2s" if short else "10s", expectations=expectations)
+                    interval="2s" if short else "10s", expectations=expectations,
+                    min_duration_s=(240 + 40) * scale + 30 + 60)
