@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections import deque
 from collections.abc import Sequence
 
 from aiokafka import AIOKafkaConsumer, TopicPartition  # type: ignore[import-untyped]
@@ -16,6 +17,8 @@ from aiokafka.admin import AIOKafkaAdminClient  # type: ignore[import-untyped]
 from fabricwatch.demo.view import LiveState, TopicRate
 from schemas import ContractError, Detection, decode
 from schemas.topics import DETECTIONS
+
+RATE_WINDOW_S = 12.0
 
 
 async def watch_topics(state: LiveState, bootstrap: str, topics: Sequence[str],
@@ -26,7 +29,9 @@ async def watch_topics(state: LiveState, bootstrap: str, topics: Sequence[str],
     await consumer.start()
     await admin.start()
     try:
-        last: dict[str, tuple[float, int]] = {}
+        # (time, end offset) per topic over the last RATE_WINDOW_S: simulators publish in
+        # bursts once per interval, so a one-second rate would read 0 most of the time.
+        history: dict[str, deque[tuple[float, int]]] = {}
         while True:
             partitions = []
             for topic in topics:
@@ -41,14 +46,17 @@ async def watch_topics(state: LiveState, bootstrap: str, topics: Sequence[str],
             now = time.monotonic()
             for topic in topics:
                 end = sum(v for tp, v in ends.items() if tp.topic == topic)
-                prev_t, prev_end = last.get(topic, (now, end))
+                points = history.setdefault(topic, deque())
+                points.append((now, end))
+                while len(points) > 1 and now - points[0][0] > RATE_WINDOW_S:
+                    points.popleft()
+                prev_t, prev_end = points[0]
                 rate = (end - prev_end) / (now - prev_t) if now > prev_t else 0.0
                 lag = None
                 tps = [tp for tp in ends if tp.topic == topic]
                 if tps and any(tp in committed for tp in tps):
                     lag = sum(max(0, ends[tp] - committed.get(tp, 0)) for tp in tps)
                 state.topics[topic] = TopicRate(end_offset=end, per_s=max(rate, 0.0), lag=lag)
-                last[topic] = (now, end)
             await asyncio.sleep(every_s)
     finally:
         await consumer.stop()
