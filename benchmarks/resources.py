@@ -12,8 +12,9 @@ simulator at ``--preset`` publishing every ``--interval``. After ``--warmup`` se
 samples each process tree with psutil every 2 s for ``--seconds``: CPU as cores (CPU
 seconds over wall seconds, children included) and resident memory (mean and max of the
 tree's RSS), absolute and per 10,000 ports. Then it reads the stream worker's consumer lag
-on ``fabric.counters`` every few seconds for two intervals (a series whose minimum near
-zero says it keeps up: the simulator publishes each step as a burst).
+on ``fabric.counters`` every few seconds for ``--lag-seconds`` (a series: the simulator
+publishes each step as a burst, so one reading says little; a flat or falling series
+means the worker keeps up, a rising one that it falls behind).
 
 Then, unless ``--profile-seconds 0``, py-spy records the stream worker and the ledger owner
 at the same time (``--nonblocking``, 100 Hz) and the top frames by own time and by
@@ -40,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import psutil
+import psutil  # type: ignore[import-untyped]
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -224,10 +225,10 @@ def run(args: argparse.Namespace, state: Path) -> dict[str, Any]:
         procs = sample(pids, args.seconds)
         load1 = os.getloadavg()[0]
         # the simulator publishes a step in a burst, so one reading can land on a burst:
-        # a series over two intervals says whether the worker keeps up
+        # a series over several intervals says whether the worker keeps up
         groups = {"worker": app_id}
-        lag_series = []
-        t_end = time.monotonic() + 2 * _seconds(args.interval)
+        lag_series: list[int] = []
+        t_end = time.monotonic() + args.lag_seconds
         while time.monotonic() < t_end:
             lag_series.append(asyncio.run(lags(settings.kafka.bootstrap_servers,
                                                groups))["worker"])
@@ -277,6 +278,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=45.0)
     parser.add_argument("--seconds", type=float, default=75.0)
     parser.add_argument("--profile-seconds", type=int, default=30)
+    parser.add_argument("--lag-seconds", type=float, default=60.0,
+                        help="how long to follow the worker's consumer lag after sampling")
     args = parser.parse_args()
     _seconds(args.interval)
     if shutil.which("java") is None:

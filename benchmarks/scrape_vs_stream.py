@@ -111,7 +111,7 @@ def increase(ts: Sequence[float], values: Sequence[float], start: float, end: fl
 def prometheus_delay(downs: Sequence[float], t3: float, scrape_off: float, eval_off: float,
                      args: argparse.Namespace, rule: str) -> float | None:
     """First rule evaluation at or after the flap that fires, minus ``t3``; None if never."""
-    si, ei = args.scrape_interval, args.eval_interval
+    si, ei = float(args.scrape_interval), float(args.eval_interval)
     first = downs[0] - 2 * RANGE_S
     last = downs[-1] + RANGE_S + 2 * ei
     k0 = math.ceil((first - scrape_off) / si)
