@@ -229,6 +229,18 @@ class Demo:
             self.live.phase = "running the scenario"
             result = asyncio.run(self._watch())
             result.elapsed_s = time.monotonic() - started
+            # The report reads the ledger: stop the simulators, let the ledger owner drain.
+            for child in self.children:
+                if child.name.startswith("sim-"):
+                    child.stop()
+            with Progress(SpinnerColumn(), TextColumn("{task.description}"),
+                          TimeElapsedColumn(), console=self.console) as progress:
+                with self._step(progress, "letting the ledger catch up before the report"):
+                    lag = asyncio.run(_ledger_drained(self.settings.kafka.bootstrap_servers,
+                                                      timeout_s=240.0))
+            if lag:
+                self.console.print(f"[yellow]the ledger is still {lag:,} messages behind; "
+                                   "the report shows what it holds[/]")
             result.report_html = self._report()
             return result
         finally:
@@ -415,7 +427,6 @@ class Demo:
         if url is None:
             self.console.print("[yellow]the ledger endpoint is gone; no report[/]")
             return None
-        time.sleep(3)  # the ledger owner commits its last batch
         ledger = ServerLedger(url)
         try:
             report = build_report(ledger, since_ms=int(self._started_wall * 1000) - 3_600_000,
@@ -430,6 +441,37 @@ class Demo:
         print_summary(report, self.console)
         self.console.print(f"report: {path}")
         return path
+
+
+async def _ledger_drained(bootstrap: str, *, timeout_s: float) -> int:
+    """Wait until the ledger's consumer group has committed every message; returns the lag."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition  # type: ignore[import-untyped]
+    from aiokafka.admin import AIOKafkaAdminClient  # type: ignore[import-untyped]
+
+    from ledger.ingest import GROUP_ID, INGEST_TOPICS
+
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await consumer.start()
+    await admin.start()
+    lag = -1
+    try:
+        deadline = time.monotonic() + timeout_s
+        await consumer.topics()  # fetches the cluster metadata partitions_for_topic reads
+        partitions = [TopicPartition(t.name, p) for t in INGEST_TOPICS
+                      for p in (consumer.partitions_for_topic(t.name) or set())]
+        while time.monotonic() < deadline:
+            ends = await consumer.end_offsets(partitions)
+            committed = {tp: meta.offset for tp, meta in
+                         (await admin.list_consumer_group_offsets(GROUP_ID)).items()}
+            lag = sum(max(0, end - committed.get(tp, 0)) for tp, end in ends.items())
+            if lag == 0:
+                break
+            await asyncio.sleep(2.0)
+    finally:
+        await consumer.stop()
+        await admin.close()
+    return max(lag, 0)
 
 
 def _interrupt(signum: int, frame: object) -> None:
