@@ -92,6 +92,9 @@ class StreamsApp:
             producer_acks=-1,
             producer_linger_ms=5,
             producer_compression_type="lz4",  # changelogs of JSON states shrink ~5x
+            # A whole-fabric state (every degraded link end of a snapshot) can pass 1 MiB;
+            # the local broker accepts 64 MiB batches (deploy/kafka/config).
+            producer_max_request_size=64 * 1024 * 1024,
             broker_commit_interval=1.0,
         )
         self.n_port = n_port = partitions_of(settings, registry.PORT_EVENTS)
