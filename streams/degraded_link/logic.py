@@ -36,6 +36,10 @@ def check_link(width: str | None, speed: str | None, expect: Expectation | None,
             "below": low, "expected_from": "plan" if expect else "policy"}
 
 
+MISMATCH_MIN_ENDS = 64
+MISMATCH_FRACTION = 0.10
+
+
 def step_topology(state: dict[str, str] | None, topology: Topology, policy: Policy,
                   expectation: Callable[[str, int], Expectation | None] | None = None
                   ) -> tuple[dict[str, str], list[Detection]]:
@@ -43,19 +47,30 @@ def step_topology(state: dict[str, str] | None, topology: Topology, policy: Poli
     opened: dict[str, str] = dict(state or {})
     section = policy.fabric_health.degraded_link
     detections: list[Detection] = []
+    verdicts: list[tuple[str, int, dict[str, Any] | None]] = []
     for link in topology.links:
         for device, port in ((link.a_device, link.a_port), (link.b_device, link.b_port)):
-            key = f"{device}:{port}"
             expect = expectation(device, port) if expectation else None
-            verdict = check_link(link.width, link.speed, expect, section)
-            if verdict is None:
-                opened.pop(key, None)
-            elif key not in opened:
-                eid = episode_id(DetectionKind.DEGRADED_LINK, device, port, topology.ts,
-                                 "degraded")
-                opened[key] = eid
-                detections.append(make_detection(
-                    kind=DetectionKind.DEGRADED_LINK, fabric=topology.fabric, device=device,
-                    port=port, ts=topology.ts, action=section.action, episode=eid,
-                    evidence={**verdict, "source": "topology"}))
+            verdicts.append((device, port, check_link(link.width, link.speed, expect, section)))
+    degraded = sum(1 for _, _, v in verdicts if v is not None)
+    # When much of the fabric is "below expectation" at once, the expectation is wrong (an
+    # HDR fabric judged by an NDR policy), not the links: ticket it, isolate nothing, or
+    # every runbook in the fabric would start together.
+    mismatch = degraded > MISMATCH_MIN_ENDS and degraded > MISMATCH_FRACTION * len(verdicts)
+    action = "ticket" if mismatch else section.action
+    for device, port, verdict in verdicts:
+        key = f"{device}:{port}"
+        if verdict is None:
+            opened.pop(key, None)
+        elif key not in opened:
+            eid = episode_id(DetectionKind.DEGRADED_LINK, device, port, topology.ts,
+                             "degraded")
+            opened[key] = eid
+            evidence = {**verdict, "source": "topology"}
+            if mismatch:
+                evidence["fabric_wide"] = (f"{degraded} of {len(verdicts)} link ends below "
+                                           "expectation: check the policy or plan")
+            detections.append(make_detection(
+                kind=DetectionKind.DEGRADED_LINK, fabric=topology.fabric, device=device,
+                port=port, ts=topology.ts, action=action, episode=eid, evidence=evidence))
     return opened, detections
