@@ -54,7 +54,10 @@ lint: setup
 
 ## test: the whole suite: lint, types, unit, integration (real Kafka, Temporal, chdb), end to end
 test: setup lab-deps lint
-	$(BIN)/pytest tests --durations=15
+	# The runbook tests get a broker and Temporal server of their own (a pytest session each):
+	# their dispatchers read fabric.detections from the start, and other tests publish plenty.
+	$(BIN)/pytest tests/integration/workflows --durations=5
+	$(BIN)/pytest tests --ignore=tests/integration/workflows --durations=15
 
 ## demo: the main job
 demo: setup
