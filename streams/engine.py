@@ -103,7 +103,9 @@ class Engine:
         su = self.context.su_of(event.device)
         if su is None:
             return []
-        self.sus[su], dets, _, _ = self.apply_breaker(self.sus.get(su), su, event)
+        # SU names (su01, ...) repeat across fabrics; each fabric's SU has its own budget.
+        key = breaker.state_key(event.fabric, su)
+        self.sus[key], dets, _, _ = self.apply_breaker(self.sus.get(key), su, event)
         return dets
 
     # The keyed steps the worker's agents call with the table's value for the key.

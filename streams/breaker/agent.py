@@ -8,6 +8,7 @@ import orjson
 
 from schemas import ActionRecord, ContractError, Detection, decode, encode
 from schemas import topics as registry
+from streams.breaker.logic import state_key
 
 if TYPE_CHECKING:
     from streams.app import StreamsApp
@@ -43,7 +44,7 @@ def register(sa: StreamsApp) -> None:
                 su = (event.key or b"").decode() or su_of(msg.device)
                 if not su:
                     continue
-                key = su.encode()
+                key = state_key(msg.fabric, su).encode()
                 stored = table.get(key)
                 value, detections, _, _ = sa.engine.apply_breaker(
                     orjson.loads(stored) if stored else None, su, msg)

@@ -18,6 +18,7 @@ from the streams so that ``breaker_open`` is a detection operators see and the l
   per SU is the same; the port named may differ.
 * The SU of a device comes from ``su_of`` (the topology's map), else from an ``suNN``
   token in the device name (``leaf-su01-r3``); devices with no SU are not accounted.
+  Each fabric's SUs are accounted apart (``state_key``): ``su01`` of two fabrics are two SUs.
 """
 
 from __future__ import annotations
@@ -39,6 +40,11 @@ PENDING_TTL_MS = 3_600_000
 def su_from_name(device: str) -> str | None:
     m = _SU.search(device)
     return m.group(1).lower() if m else None
+
+
+def state_key(fabric: str, su: str) -> str:
+    """The breaker's state key: SU names repeat across fabrics, budgets do not."""
+    return f"{fabric}/{su}"
 
 
 def new_state() -> dict[str, Any]:

@@ -43,3 +43,17 @@ def test_breaker_opens_past_budget_and_closes() -> None:
     state, out = step(state, act(1, "return", 10), policy, su="su01", ports_in_su=200)
     state, out = step(state, det(5, 20), policy, su="su01", ports_in_su=200)  # type: ignore[arg-type]
     assert out == []
+
+
+def test_same_su_name_in_two_fabrics_has_two_budgets() -> None:
+    from streams.engine import Engine
+    engine = Engine(Policy())  # default 1% of 256 ports: a budget of 2 per SU
+    fired = []
+    for fabric in ("east", "west"):
+        for port in (1, 2, 3):
+            fired += engine.feed(make_detection(
+                kind=DetectionKind.FLAP, fabric=fabric, device=f"{fabric}-leaf-su01-r1",
+                port=port, ts=BASE + port, action="isolatePort",
+                episode=f"flap/{fabric}:{port}", evidence={}))
+    # each fabric's third request, and only that, finds its own su01 full
+    assert sorted((d.fabric, d.port) for d in fired) == [("east", 3), ("west", 3)]
