@@ -55,7 +55,8 @@ lint: setup
 ## test: the whole suite: lint, types, unit, integration (real Kafka, Temporal, chdb), end to end
 test: setup lab-deps lint
 	# The runbook tests get a broker and Temporal server of their own (a pytest session each):
-	# their dispatchers read fabric.detections from the start, and other tests publish plenty.
+	# each new dispatcher group reads the last 15 minutes of fabric.detections, and the other
+	# tests publish thousands of isolating detections within that time.
 	$(BIN)/pytest tests/integration/workflows --durations=5
 	$(BIN)/pytest tests --ignore=tests/integration/workflows --durations=15
 

@@ -16,8 +16,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass
+from typing import Any
 
+from aiokafka import (  # type: ignore[import-untyped]
+    AIOKafkaConsumer,
+    ConsumerRebalanceListener,
+    TopicPartition,
+)
 from temporalio.client import Client, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy
 
@@ -104,24 +111,33 @@ class Dispatcher:
         return await self.handle(event)
 
 
+NEW_GROUP_LOOKBACK_MS = 15 * 60_000
+
+
 async def run_dispatcher(dispatcher: Dispatcher, bootstrap: str, *,
                          group_id: str = "fabricwatch-runbooks",
                          stop: asyncio.Event | None = None,
-                         topology_wait_s: float = 30.0) -> None:
+                         topology_wait_s: float = 30.0,
+                         new_group_lookback_ms: int = NEW_GROUP_LOOKBACK_MS) -> None:
     """Consume ``fabric.topology`` (whole, for the inventory) and ``fabric.detections``.
 
     Detections wait (up to ``topology_wait_s``) until the topology topic has been read to
     the end once, so the first runbooks know their SU sizes and cable peers.
-    """
-    from aiokafka import AIOKafkaConsumer  # type: ignore[import-untyped]
 
+    A group that has committed offsets resumes from them, so nothing published while the
+    dispatcher was down is skipped. A brand-new group starts ``new_group_lookback_ms`` back
+    (by the broker's record time), not at the start of the topic: replaying a week of
+    retained detections would re-open runbooks for ports repaired long ago.
+    """
     stop = stop or asyncio.Event()
     caught_up = asyncio.Event()
     topo_task = asyncio.create_task(_follow_topology(dispatcher, bootstrap, stop, caught_up))
     consumer = AIOKafkaConsumer(
-        DETECTIONS.name, bootstrap_servers=bootstrap, group_id=group_id,
+        bootstrap_servers=bootstrap, group_id=group_id,
         enable_auto_commit=False, auto_offset_reset="earliest")
     await consumer.start()
+    lookback = _LookbackForNewGroup(consumer, new_group_lookback_ms)
+    consumer.subscribe([DETECTIONS.name], listener=lookback)
     try:
         try:
             await asyncio.wait_for(caught_up.wait(), topology_wait_s)
@@ -132,13 +148,44 @@ async def run_dispatcher(dispatcher: Dispatcher, bootstrap: str, *,
             for _tp, messages in batches.items():
                 for msg in messages:
                     await _until_accepted(dispatcher, msg.value, stop)
-            if batches and not stop.is_set():
-                # after Temporal accepted every start/signal of the batch: at-least-once
+            if (batches or lookback.placed) and not stop.is_set():
+                # after Temporal accepted every start/signal of the batch: at-least-once.
+                # Also right after a new group was placed, so a partition that stays quiet
+                # is not "new" (and looked back on) again at the next start.
                 await consumer.commit()
+                lookback.placed = False
     finally:
         await consumer.stop()
         topo_task.cancel()
         await asyncio.gather(topo_task, return_exceptions=True)
+
+
+class _LookbackForNewGroup(ConsumerRebalanceListener):  # type: ignore[misc]
+    """On assignment, a partition without a committed offset starts ``lookback_ms`` back."""
+
+    def __init__(self, consumer: Any, lookback_ms: int) -> None:
+        self.consumer = consumer
+        self.lookback_ms = lookback_ms
+        self.placed = False
+
+    async def on_partitions_revoked(self, revoked: Any) -> None:
+        pass
+
+    async def on_partitions_assigned(self, assigned: Any) -> None:
+        fresh = [tp for tp in assigned if await self.consumer.committed(tp) is None]
+        if not fresh:
+            return
+        since = int(time.time() * 1000) - self.lookback_ms
+        found = await self.consumer.offsets_for_times({tp: since for tp in fresh})
+        for tp in fresh:
+            at = found.get(tp)
+            if at is None:  # nothing that recent: only what arrives from now on
+                await self.consumer.seek_to_end(tp)
+            else:
+                self.consumer.seek(tp, at.offset)
+        self.placed = True
+        log.info("new dispatcher group: %d partition(s) start %d s back", len(fresh),
+                 self.lookback_ms // 1000)
 
 
 async def _until_accepted(dispatcher: Dispatcher, raw: bytes, stop: asyncio.Event) -> None:
@@ -160,8 +207,6 @@ async def _until_accepted(dispatcher: Dispatcher, raw: bytes, stop: asyncio.Even
 async def _follow_topology(dispatcher: Dispatcher, bootstrap: str, stop: asyncio.Event,
                            caught_up: asyncio.Event) -> None:
     """Read every topology snapshot from the start (no group: each dispatcher needs all)."""
-    from aiokafka import AIOKafkaConsumer, TopicPartition
-
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None,
                                 enable_auto_commit=False, auto_offset_reset="earliest",
                                 max_partition_fetch_bytes=32 * 1024 * 1024,

@@ -1,0 +1,93 @@
+"""Where the dispatcher starts reading ``fabric.detections``: a brand-new consumer group
+looks back only ``new_group_lookback_ms`` (broker record time), a group with committed
+offsets resumes exactly where it stopped."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+import pytest
+from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped]
+from temporalio.client import Client
+from temporalio.service import RPCError
+from temporalio.testing import WorkflowEnvironment
+from test_end_to_end import detection
+
+from schemas import encode
+from schemas.events import Action
+from schemas.policy import Policy
+from schemas.topics import DETECTIONS
+from workflows.dispatch import Dispatcher, run_dispatcher
+from workflows.inventory import Inventory
+from workflows.remediation.models import remediation_workflow_id
+
+pytestmark = pytest.mark.integration
+
+
+async def exists(client: Client, wf_id: str) -> bool:
+    try:
+        await client.get_workflow_handle(wf_id).describe()
+        return True
+    except RPCError:
+        return False
+
+
+async def send(bootstrap: str, fabric: str, port: int, *, age_ms: int) -> str:
+    det = detection(fabric, "leaf-su01-r1", port, f"{fabric}-p{port}-{age_ms}",
+                    Action.ISOLATE_PORT)
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    await producer.start()
+    try:
+        await producer.send_and_wait(DETECTIONS.name, encode(det), key=det.key.encode(),
+                                     timestamp_ms=int(time.time() * 1000) - age_ms)
+    finally:
+        await producer.stop()
+    return remediation_workflow_id(fabric, det.device, port)
+
+
+async def run_for(client: Client, bootstrap: str, group: str, task_queue: str,
+                  until_ids: list[str]) -> None:
+    """Run the dispatcher until every id in ``until_ids`` exists (or 60 s), then stop it."""
+    dispatcher = Dispatcher(client, Policy(), Inventory(), task_queue=task_queue)
+    stop = asyncio.Event()
+    task = asyncio.create_task(run_dispatcher(dispatcher, bootstrap, group_id=group,
+                                              stop=stop, topology_wait_s=5))
+    try:
+        for _ in range(120):
+            if all([await exists(client, i) for i in until_ids]):
+                break
+            await asyncio.sleep(0.5)
+        await asyncio.sleep(2)  # room for anything else it would (wrongly) start
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 30)
+
+
+async def test_new_group_looks_back_and_old_group_resumes(
+        wf_env: WorkflowEnvironment, kafka_bootstrap: str, task_queue: str) -> None:
+    client = wf_env.client
+    fabric = f"off{uuid.uuid4().hex[:6]}"
+    group = f"g-{fabric}"
+    started: list[str] = []
+    try:
+        stale = await send(kafka_bootstrap, fabric, 1, age_ms=2 * 3600_000)
+        recent = await send(kafka_bootstrap, fabric, 2, age_ms=60_000)
+        await run_for(client, kafka_bootstrap, group, task_queue, [recent])
+        started += [recent]
+        assert await exists(client, recent)
+        assert not await exists(client, stale)  # two hours old: before the lookback
+        # The group now has committed offsets: a detection sent while it was stopped,
+        # even one stamped long ago, is read when it comes back.
+        late = await send(kafka_bootstrap, fabric, 3, age_ms=3 * 3600_000)
+        await run_for(client, kafka_bootstrap, group, task_queue, [late])
+        started += [late]
+        assert await exists(client, late)
+        assert not await exists(client, stale)
+    finally:
+        for wf_id in started:
+            try:
+                await client.get_workflow_handle(wf_id).terminate("test over")
+            except RPCError:
+                pass
