@@ -73,6 +73,9 @@ class SecretsSettings(_Frozen):
     sonic_username: str | None = None
     sonic_password: SecretStr | None = None
     ticket_token: SecretStr | None = None
+    # the ClickHouse server's password, instead of writing it into clickhouse_url
+    clickhouse_password: SecretStr | None = None
+    clickhouse_password_file: Path | None = None
 
 
 class StreamsSettings(_Frozen):
@@ -107,6 +110,11 @@ class Settings(BaseSettings):
     # Serve Prometheus metrics on this port (fabricwatch.metrics); unset: no endpoint.
     metrics_port: int | None = None
 
+    def clickhouse_password(self) -> SecretStr | None:
+        """The server ledger's password from the environment or its file (None: the URL's)."""
+        return read_secret(self.secrets.clickhouse_password,
+                           self.secrets.clickhouse_password_file, "ClickHouse password")
+
     @property
     def ledger_path(self) -> Path:
         return self.state_dir / "ledger"
@@ -114,6 +122,22 @@ class Settings(BaseSettings):
     @property
     def logs_dir(self) -> Path:
         return self.state_dir / "logs"
+
+
+class SecretFileError(ValueError):
+    """A configured secret file cannot be read (the message never holds the secret)."""
+
+
+def read_secret(value: SecretStr | None, path: Path | None, what: str) -> SecretStr | None:
+    """A secret given directly, else read from its file (trailing newline dropped), else None."""
+    if value is not None:
+        return value
+    if path is None:
+        return None
+    try:
+        return SecretStr(path.read_text(encoding="utf-8").strip())
+    except OSError as exc:
+        raise SecretFileError(f"cannot read the {what} file {path}: {exc.strerror}") from None
 
 
 def load_settings() -> Settings:

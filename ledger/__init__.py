@@ -38,7 +38,8 @@ def open_ledger(settings: Settings, *, migrate: bool = True) -> LedgerBase:
     if settings.clickhouse_url:
         from ledger.server import ServerLedger
 
-        ledger = ServerLedger(settings.clickhouse_url, retention_days=cfg.retention_days,
+        ledger = ServerLedger(settings.clickhouse_url, password=settings.clickhouse_password(),
+                              retention_days=cfg.retention_days,
                               raw_counter_retention_days=cfg.raw_counter_retention_days,
                               create_database=True)
     else:

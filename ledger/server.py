@@ -1,6 +1,8 @@
 """The server ledger: any ClickHouse server (or cluster) over clickhouse-connect's HTTP client.
 
-Selected by one URL setting, ``clickhouse_url`` (``http[s]://user:password@host:port/db``).
+Selected by one URL setting, ``clickhouse_url`` (``http[s]://user@host:port/db``); the
+password comes from ``FABRICWATCH_SECRETS__CLICKHOUSE_PASSWORD`` or its ``_FILE`` (one in the
+URL still works, but then it sits in the environment beside everything else).
 Writes send the same JSONEachRow bytes the embedded backend inserts (``raw_insert``), so
 both backends share one row mapping. The embedded ledger's own HTTP endpoint
 (``ledger.http``) is a server in this sense too: the CLI reaches a running worker's ledger
@@ -16,25 +18,38 @@ from urllib.parse import unquote, urlsplit
 import clickhouse_connect
 from clickhouse_connect.driver.client import Client
 from clickhouse_connect.driver.exceptions import ClickHouseError
+from pydantic import SecretStr
 
 from ledger.base import LedgerBase, LedgerError
 
 
-def _client(url: str, *, database: str | None, compress: bool) -> Client:
+def client_args(url: str, *, database: str | None, compress: bool,
+                password: SecretStr | None = None) -> dict[str, Any]:
+    """clickhouse-connect's arguments for ``url``; ``password`` wins over the URL's."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise LedgerError(f"clickhouse_url must be http(s)://host:port/database, got "
                           f"scheme {parts.scheme!r}")
+    if password is not None:
+        secret = password.get_secret_value()
+    else:
+        secret = unquote(parts.password) if parts.password else ""
+    return {
+        "host": parts.hostname,
+        "port": parts.port or (8443 if parts.scheme == "https" else 8123),
+        "username": unquote(parts.username) if parts.username else "default",
+        "password": secret,
+        "database": database or "__default__",
+        "secure": parts.scheme == "https",
+        "compress": compress,
+        "autogenerate_session_id": False,
+    }
+
+
+def _client(url: str, *, database: str | None, compress: bool,
+            password: SecretStr | None) -> Client:
     return clickhouse_connect.get_client(
-        host=parts.hostname,
-        port=parts.port or (8443 if parts.scheme == "https" else 8123),
-        username=unquote(parts.username) if parts.username else "default",
-        password=unquote(parts.password) if parts.password else "",
-        database=database or "__default__",
-        secure=parts.scheme == "https",
-        compress=compress,
-        autogenerate_session_id=False,
-    )
+        **client_args(url, database=database, compress=compress, password=password))
 
 
 class ServerLedger(LedgerBase):
@@ -42,15 +57,15 @@ class ServerLedger(LedgerBase):
 
     def __init__(self, url: str, *, retention_days: int = 400,
                  raw_counter_retention_days: int = 35, compress: bool = True,
-                 create_database: bool = False) -> None:
+                 create_database: bool = False, password: SecretStr | None = None) -> None:
         super().__init__(retention_days, raw_counter_retention_days)
         database = urlsplit(url).path.strip("/") or None
         try:
             if database and create_database:
-                bootstrap = _client(url, database=None, compress=compress)
+                bootstrap = _client(url, database=None, compress=compress, password=password)
                 bootstrap.command(f"CREATE DATABASE IF NOT EXISTS `{database}`")
                 bootstrap.close()
-            self.client = _client(url, database=database, compress=compress)
+            self.client = _client(url, database=database, compress=compress, password=password)
         except ClickHouseError as exc:
             raise LedgerError(f"cannot reach the ClickHouse ledger: {exc}") from None
 

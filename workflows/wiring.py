@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import SecretStr
 
-from fabricwatch.settings import Settings
+from fabricwatch.settings import SecretFileError, Settings, read_secret
 from workflows.adapters.base import Checker, Controller, EvidenceSource, NodeFencer, RecordSink
 from workflows.remediation.activities import FabricActivities
 
@@ -46,14 +46,13 @@ class WiringOptions:
 
 
 def _secret(value: SecretStr | None, path: Path | None, what: str) -> SecretStr:
-    if value is not None:
-        return value
-    if path is not None:
-        try:
-            return SecretStr(path.read_text(encoding="utf-8").strip())
-        except OSError as exc:
-            raise WiringError(f"cannot read {what} file: {exc.strerror}") from None
-    raise WiringError(f"{what} is not configured")
+    try:
+        found = read_secret(value, path, what)
+    except SecretFileError as exc:
+        raise WiringError(str(exc)) from None
+    if found is None:
+        raise WiringError(f"{what} is not configured")
+    return found
 
 
 async def build_activities(settings: Settings, opts: WiringOptions, stack: AsyncExitStack
@@ -119,7 +118,8 @@ async def build_activities(settings: Settings, opts: WiringOptions, stack: Async
 
             url = settings.clickhouse_url or (
                 f"http://{settings.ledger.http_host}:{settings.ledger.http_port}")
-            ledger = ServerLedger(url)
+            ledger = ServerLedger(url, password=settings.clickhouse_password()
+                                  if settings.clickhouse_url else None)
             stack.callback(ledger.close)
         checker = LedgerCountersChecker(ledger, checker)
     fencer: NodeFencer

@@ -32,7 +32,8 @@ def _connect(settings: Settings, *, for_write: bool = False) -> tuple[LedgerBase
 
     cfg = settings.ledger
     if settings.clickhouse_url:
-        return ServerLedger(settings.clickhouse_url, retention_days=cfg.retention_days,
+        return ServerLedger(settings.clickhouse_url, password=settings.clickhouse_password(),
+                              retention_days=cfg.retention_days,
                             raw_counter_retention_days=cfg.raw_counter_retention_days,
                             create_database=for_write), "server"
     url = advertised_endpoint(settings.state_dir)
