@@ -448,6 +448,7 @@ async def _ledger_drained(bootstrap: str, *, timeout_s: float) -> int:
     from aiokafka import AIOKafkaConsumer, TopicPartition  # type: ignore[import-untyped]
     from aiokafka.admin import AIOKafkaAdminClient  # type: ignore[import-untyped]
 
+    from fabricwatch.demo.watch import committed_offsets, lag_of
     from ledger.ingest import GROUP_ID, INGEST_TOPICS
 
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
@@ -462,9 +463,7 @@ async def _ledger_drained(bootstrap: str, *, timeout_s: float) -> int:
                       for p in (consumer.partitions_for_topic(t.name) or set())]
         while time.monotonic() < deadline:
             ends = await consumer.end_offsets(partitions)
-            committed = {tp: meta.offset for tp, meta in
-                         (await admin.list_consumer_group_offsets(GROUP_ID)).items()}
-            lag = sum(max(0, end - committed.get(tp, 0)) for tp, end in ends.items())
+            lag = lag_of(ends, await committed_offsets(admin, GROUP_ID))
             if lag == 0:
                 break
             await asyncio.sleep(2.0)

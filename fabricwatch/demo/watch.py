@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from aiokafka import AIOKafkaConsumer, TopicPartition  # type: ignore[import-untyped]
 from aiokafka.admin import AIOKafkaAdminClient  # type: ignore[import-untyped]
@@ -41,8 +41,7 @@ async def watch_topics(state: LiveState, bootstrap: str, topics: Sequence[str],
             committed: dict[TopicPartition, int] = {}
             if group_id:
                 with contextlib.suppress(Exception):  # the group may not exist yet
-                    offsets = await admin.list_consumer_group_offsets(group_id)
-                    committed = {tp: meta.offset for tp, meta in offsets.items()}
+                    committed = await committed_offsets(admin, group_id)
             now = time.monotonic()
             for topic in topics:
                 end = sum(v for tp, v in ends.items() if tp.topic == topic)
@@ -55,12 +54,25 @@ async def watch_topics(state: LiveState, bootstrap: str, topics: Sequence[str],
                 lag = None
                 tps = [tp for tp in ends if tp.topic == topic]
                 if tps and any(tp in committed for tp in tps):
-                    lag = sum(max(0, ends[tp] - committed.get(tp, 0)) for tp in tps)
+                    lag = lag_of({tp: ends[tp] for tp in tps}, committed)
                 state.topics[topic] = TopicRate(end_offset=end, per_s=max(rate, 0.0), lag=lag)
             await asyncio.sleep(every_s)
     finally:
         await consumer.stop()
         await admin.close()
+
+
+async def committed_offsets(admin: AIOKafkaAdminClient, group_id: str
+                            ) -> dict[TopicPartition, int]:
+    """A consumer group's committed offset per partition (none for a partition it never
+    committed)."""
+    offsets = await admin.list_consumer_group_offsets(group_id)
+    return {tp: meta.offset for tp, meta in offsets.items()}
+
+
+def lag_of(ends: Mapping[TopicPartition, int], committed: Mapping[TopicPartition, int]) -> int:
+    """Messages in ``ends``' partitions past the committed offsets (all, when none)."""
+    return sum(max(0, end - committed.get(tp, 0)) for tp, end in ends.items())
 
 
 async def _partitions(consumer: AIOKafkaConsumer, topic: str) -> set[int]:
