@@ -30,6 +30,12 @@ _SEVERITY: dict[Action, Severity] = {
 }
 
 
+def state_key(fabric: str, key: str) -> str:
+    """A detector's state key: device names, rails and SU names repeat across fabrics, and
+    one fabric's downs, counters or budget must never count for another's."""
+    return f"{fabric}/{key}"
+
+
 def policy_action(name: str) -> Action:
     """The contract action for a policy's ``action`` value (``isolatePort`` -> isolate_port)."""
     return _ACTIONS[name]

@@ -14,6 +14,7 @@ from typing import Any
 from schemas import ActionRecord, Counters, Detection, Event, PortEvent, Probe, Topology
 from schemas.policy import Policy
 from streams.breaker import logic as breaker
+from streams.common import state_key
 from streams.counters.logic import CountersDetector
 from streams.degraded_link.logic import Expectation, step_topology
 from streams.flap.logic import CounterDowns, FlapState
@@ -75,13 +76,13 @@ class Engine:
         if isinstance(event, PortEvent | CounterDowns):
             out += self.feed_flap(event)
         elif isinstance(event, Counters):
-            self.devices[event.device], dets, downs, _ = self.apply_counters(
-                self.devices.get(event.device), event)
+            dkey = state_key(event.fabric, event.device)
+            self.devices[dkey], dets, downs, _ = self.apply_counters(self.devices.get(dkey), event)
             out += dets
             for d in downs:
                 out += self.feed_flap(d)
         elif isinstance(event, Probe):
-            key = str(event.rail)
+            key = state_key(event.fabric, str(event.rail))
             self.rails[key], dets, _, _ = self.apply_probe(self.rails.get(key), event)
             out += dets
         elif isinstance(event, Topology):
@@ -95,7 +96,7 @@ class Engine:
         return out
 
     def feed_flap(self, event: PortEvent | CounterDowns) -> list[Detection]:
-        key = f"{event.device}:{event.port}"
+        key = state_key(event.fabric, f"{event.device}:{event.port}")
         self.flap[key], dets = self.apply_flap(self.flap.get(key), event)
         return dets
 
@@ -104,7 +105,7 @@ class Engine:
         if su is None:
             return []
         # SU names (su01, ...) repeat across fabrics; each fabric's SU has its own budget.
-        key = breaker.state_key(event.fabric, su)
+        key = state_key(event.fabric, su)
         self.sus[key], dets, _, _ = self.apply_breaker(self.sus.get(key), su, event)
         return dets
 

@@ -8,7 +8,7 @@ import orjson
 
 from schemas import ActionRecord, ContractError, Detection, decode, encode
 from schemas import topics as registry
-from streams.breaker.logic import state_key
+from streams.common import state_key
 
 if TYPE_CHECKING:
     from streams.app import StreamsApp

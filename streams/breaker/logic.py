@@ -42,11 +42,6 @@ def su_from_name(device: str) -> str | None:
     return m.group(1).lower() if m else None
 
 
-def state_key(fabric: str, su: str) -> str:
-    """The breaker's state key: SU names repeat across fabrics, budgets do not."""
-    return f"{fabric}/{su}"
-
-
 def new_state() -> dict[str, Any]:
     return {"isolated": {}, "pending": {}, "open": {}, "episode": None}
 

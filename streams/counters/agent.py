@@ -15,6 +15,7 @@ import orjson
 
 from schemas import Counters
 from schemas import topics as registry
+from streams.common import state_key
 
 if TYPE_CHECKING:
     from streams.app import StreamsApp
@@ -47,7 +48,7 @@ def register(sa: StreamsApp) -> None:
                 msg = await sa.decode(event, registry.COUNTERS)
                 if not isinstance(msg, Counters):
                     continue
-                key = msg.device.encode()
+                key = state_key(msg.fabric, msg.device).encode()
                 value = cache.get(key)
                 if value is None:
                     stored = table.get(key)

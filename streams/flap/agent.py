@@ -8,6 +8,7 @@ import orjson
 
 from schemas import ContractError, PortEvent
 from schemas import topics as registry
+from streams.common import state_key
 from streams.flap.logic import CounterDowns, FlapState
 
 if TYPE_CHECKING:
@@ -38,7 +39,7 @@ def register(sa: StreamsApp) -> None:
                         await sa.dead_letter(raw, ContractError(f"bad counter_downs: {exc}"),
                                              event.message)
                         continue
-                key = f"{item.device}:{item.port}".encode()
+                key = state_key(item.fabric, f"{item.device}:{item.port}").encode()
                 stored = table.get(key)
                 state = FlapState.from_json(orjson.loads(stored)) if stored else None
                 new, detections = sa.engine.apply_flap(state, item)

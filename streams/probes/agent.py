@@ -8,6 +8,7 @@ import orjson
 
 from schemas import Probe
 from schemas import topics as registry
+from streams.common import state_key
 
 if TYPE_CHECKING:
     from streams.app import StreamsApp
@@ -24,7 +25,7 @@ def register(sa: StreamsApp) -> None:
                 msg = await sa.decode(event, registry.PROBES)
                 if not isinstance(msg, Probe):
                     continue
-                key = str(msg.rail).encode()
+                key = state_key(msg.fabric, str(msg.rail)).encode()
                 stored = table.get(key)
                 value, detections, _, _ = sa.engine.apply_probe(
                     orjson.loads(stored) if stored else None, msg)

@@ -57,3 +57,24 @@ def test_same_su_name_in_two_fabrics_has_two_budgets() -> None:
                 episode=f"flap/{fabric}:{port}", evidence={}))
     # each fabric's third request, and only that, finds its own su01 full
     assert sorted((d.fabric, d.port) for d in fired) == [("east", 3), ("west", 3)]
+
+
+def test_same_port_name_in_two_fabrics_keeps_two_flap_and_counter_states() -> None:
+    from schemas import Counters, PortEvent, PortSample
+    from streams.engine import Engine
+
+    engine = Engine(Policy())  # a flap is the third down within 30 minutes
+    fired = []
+    for i, fabric in enumerate(["east", "east", "west"]):
+        fired += engine.feed(PortEvent(id=f"{fabric}-{i}", ts=BASE + i * 1000, fabric=fabric,
+                                       source="opensm", device="leaf-su01-r1", port=7,
+                                       state="down"))
+    # link_downed 5 in east, then 8 in west: west's counter is its own first sample
+    for fabric, downed in (("east", 0), ("west", 0), ("east", 5), ("west", 8)):
+        fired += engine.feed(Counters(id=f"{fabric}-c{downed}", ts=BASE + 60_000 + downed,
+                                      fabric=fabric, source="perfquery", device="leaf-su01-r2",
+                                      ports=[PortSample(port=1, link_downed=downed)]))
+    flaps = sorted((d.fabric, d.device, d.port) for d in fired if d.detection.value == "flap")
+    # east: 5 counter-revealed downs on r2:1; west: 8 on r2:1; r1:7 never reaches three
+    # downs in one fabric
+    assert flaps == [("east", "leaf-su01-r2", 1), ("west", "leaf-su01-r2", 1)]
