@@ -46,7 +46,8 @@ POD_TEMPLATE_PATHS: dict[str, tuple[str, ...]] = {
 CONTAINER_LISTS = ("initContainers", "containers", "ephemeralContainers")
 RDMA_RESOURCE = re.compile(r"(^rdma/|rdma|^mellanox\.com/|/hca|hca_|^nvidia\.com/hostdev)", re.I)
 GPU_RESOURCE = re.compile(r"^(nvidia\.com/gpu|amd\.com/gpu|nvidia\.com/mig-)", re.I)
-DEV_INFINIBAND = re.compile(r"^/dev/infiniband/?$")
+# /dev/infiniband itself or a folder holding it (/dev, the host's root)
+DEV_INFINIBAND = re.compile(r"^/+(?:dev/*(?:infiniband/*)?)?$")
 UMAD_ISSM = re.compile(r"/dev/infiniband/(umad|issm)")
 # Images of the network operator, RDMA/SR-IOV/GPU device plugins and the OFED/DOCA driver.
 PINNED_COMPONENTS = re.compile(
@@ -334,7 +335,8 @@ def _host_paths(doc: K8sObject, spec: MappingNode, workload: bool) -> list[Findi
         if DEV_INFINIBAND.match(path) and workload:
             out.append(finding(
                 "K8S004", doc.path, line_of(host_path),
-                f"{who} mounts /dev/infiniband from the host, which hands it every HCA's "
+                f"{who} mounts {path[:80]} from the host, which holds /dev/infiniband and "
+                "hands it every HCA's "
                 "uverbs, umad and issm device instead of the one it was allocated.",
                 "Remove the hostPath volume; request the RDMA resource from the device plugin, "
                 "which mounts only the allocated devices.", object=who, path=path))

@@ -104,7 +104,7 @@ def _unquote(raw: str) -> str | None:
 
 
 def parse_env_file(text: str, path: str) -> tuple[EnvSet, list[Finding]]:
-    env = EnvSet(label="env file")
+    env = EnvSet(label="env file", line=1)  # a missing variable belongs at the top
     bad: list[Finding] = []
     content = 0
     for lineno, raw in enumerate(text.splitlines(), start=1):
@@ -371,14 +371,20 @@ def _timeouts(values: dict[str, tuple[str, int]], path: str, options: NcclOption
                 context=ctx))
         return out
     if budget < options.resweep_s:
+        tries = retry or 7  # no retries at all: the fix starts with NCCL's default of 7
         needed = timeout
-        while IB_TIMEOUT_UNIT_S * 2 ** needed * max(retry, 1) < options.resweep_s and needed < 31:
+        while IB_TIMEOUT_UNIT_S * 2 ** needed * tries < options.resweep_s and needed < 31:
             needed += 1
+        if retry == 0:
+            fix = ("Set NCCL_IB_RETRY_CNT to 7 (NCCL's default; 0 gives up at the first "
+                   "timeout)" + (f" and NCCL_IB_TIMEOUT to {needed}." if needed > timeout
+                                 else "."))
+        else:
+            fix = f"Raise NCCL_IB_TIMEOUT to {needed} (or NCCL_IB_RETRY_CNT towards 7)."
         out.append(finding(
             "NCCL007", path, line,
             f"NCCL_IB_TIMEOUT={timeout} x NCCL_IB_RETRY_CNT={retry} gives up after "
             f"{budget:.2f} s, less than the fabric's {options.resweep_s:g} s re-sweep "
             f"({options.resweep_source}), so a link flap that triggers a sweep kills the job.",
-            f"Raise NCCL_IB_TIMEOUT to {needed} (or NCCL_IB_RETRY_CNT towards 7).",
-            budget_s=round(budget, 3), resweep_s=options.resweep_s, context=ctx))
+            fix, budget_s=round(budget, 3), resweep_s=options.resweep_s, context=ctx))
     return out

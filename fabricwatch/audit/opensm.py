@@ -108,11 +108,18 @@ def _shown(key: str, value: str) -> str:
     return mask_secret(value) if key in SECRET_KEYS else value[:80]
 
 
+def _looks_like_a_value(token: str) -> bool:
+    """A number or hex string where a key belongs: possibly a key's value, so masked."""
+    return _int(token) is not None or (len(token) >= 8 and all(
+        c in "0123456789abcdefABCDEF" for c in token.removeprefix("0x")))
+
+
 def parse_opensm(text: str, path: str) -> OpensmConf:
     """Parse opensm.conf text; raise :class:`AuditInputError` if it is not an opensm.conf."""
     conf = OpensmConf(path=path)
     content_lines = 0
     known = 0  # lines whose key opensm knows
+    after_secret = False  # the line before was a key such as m_key with its value missing
     for lineno, raw in enumerate(text.splitlines(), start=1):
         line = raw.split("#", 1)[0].strip()
         if not line:
@@ -121,6 +128,15 @@ def parse_opensm(text: str, path: str) -> OpensmConf:
         parts = line.split(None, 1)
         key = parts[0]
         known += key in KNOWN_KEYS
+        if key not in KNOWN_KEYS and (after_secret or _looks_like_a_value(key)):
+            # A stray value (an M_Key wrapped onto its own line, say): never echo it.
+            after_secret = False
+            conf.findings.append(finding(
+                "OSM016", path, lineno,
+                f"Line holds a value ({mask_secret(key)}) with no key, so opensm ignores it.",
+                "Write `key value` on one line, or delete the line.", key=mask_secret(key)))
+            continue
+        after_secret = len(parts) == 1 and key in SECRET_KEYS
         if len(parts) == 1:
             conf.findings.append(finding(
                 "OSM016", path, lineno,

@@ -292,16 +292,19 @@ def _audit_switch(doc: _Doc, ctx: RoceContext) -> None:
     doc.unknown(pfc, KNOWN_PFC, "pfc.")
     prios_node = k8s.get(pfc, "priorities")
     prios: list[int] = []
-    if prios_node is not None and not isinstance(prios_node, SequenceNode):
+    unreadable = prios_node is not None and not isinstance(prios_node, SequenceNode)
+    if unreadable:
         doc.bad(prios_node, "pfc.priorities", "a list of priorities 0-7")
     for item in k8s.items(prios_node):
         number = _num(item)
         if number is None or not 0 <= number < 8 or number != int(number):
             doc.bad(item, "pfc.priorities", "a list of priorities 0-7")
+            unreadable = True
         elif int(number) not in prios:
             prios.append(int(number))
     line = k8s.line_of(prios_node) if prios_node else (k8s.line_of(pfc) if pfc else None)
-    doc.findings += _pfc_findings(p, line, prios, where)
+    if not unreadable:  # (ROCE007 said it could not be checked; do not guess past it)
+        doc.findings += _pfc_findings(p, line, prios, where)
     if not ctx.pfc_priorities:
         ctx.pfc_priorities = prios
     _watchdog(doc, pfc)

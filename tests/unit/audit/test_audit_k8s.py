@@ -117,3 +117,24 @@ def test_deep_nesting_and_alias_bombs_do_not_crash() -> None:
         f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}]\n" for i in range(20))
     bomb += "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\ndata: {k: *u}\n"
     assert audit_manifest_text(bomb, "bomb.yaml", OPTIONS) == []
+
+
+@pytest.mark.parametrize("host", ["/dev", "/dev/", "/", "/dev/infiniband"])
+def test_a_host_path_holding_dev_infiniband_is_flagged(host: str) -> None:
+    text = f"""apiVersion: v1
+kind: Pod
+metadata: {{name: train-0, namespace: train}}
+spec:
+  containers:
+  - name: main
+    image: nccl:1
+    resources:
+      limits: {{nvidia.com/gpu: 8}}
+  volumes:
+  - name: devs
+    hostPath: {{path: "{host}"}}
+"""
+    findings = audit_manifest_text(text, "p.yaml", OPTIONS)
+    assert ("K8S004", 12) in [(f.rule, f.line) for f in findings]
+    shm = audit_manifest_text(text.replace(f'"{host}"', '"/dev/shm"'), "p.yaml", OPTIONS)
+    assert "K8S004" not in [f.rule for f in shm]

@@ -41,7 +41,7 @@ def test_violations_golden() -> None:
         ("NCCL001", 2),     # NCCL_SOCKET_IFNAME=ib0
         ("NCCL002", 3),     # mlx5_bond_0 is not a backend HCA
         ("NCCL003", 3),     # mlx5_1 without '=' also selects mlx5_10, mlx5_11
-        ("NCCL004", None),  # RoCE without NCCL_IB_GID_INDEX
+        ("NCCL004", 1),     # RoCE without NCCL_IB_GID_INDEX: a missing variable, the top
         ("NCCL006", 4),     # NCCL_IB_TC=0 is DSCP 0, not the lossless class
         ("NCCL007", 5),     # 4.096 us * 2^14 * 7 = 0.47 s < 12 s
         ("NCCL009", 7),     # NCCL_IB_TIMOUT (typo)
@@ -62,7 +62,15 @@ def test_timeout_budget_arithmetic() -> None:
 def test_defaults_apply_when_unset() -> None:
     # NCCL's defaults (20, 7) tolerate ~30 s; a 40 s re-sweep is longer.
     findings = audit_nccl("NCCL_DEBUG=INFO\n", "e.env", NcclOptions(resweep_s=40.0))
-    assert [(f.rule, f.line) for f in findings] == [("NCCL007", None)]
+    assert [(f.rule, f.line) for f in findings] == [("NCCL007", 1)]
+
+
+def test_no_retries_is_fixed_by_retries_not_by_the_timeout_it_has() -> None:
+    findings = audit_nccl("NCCL_IB_TIMEOUT=22\nNCCL_IB_RETRY_CNT=0\n", "e.env",
+                          NcclOptions(resweep_s=10.0))
+    assert [f.rule for f in findings] == ["NCCL007"]
+    assert findings[0].fix.startswith("Set NCCL_IB_RETRY_CNT to 7")
+    assert "NCCL_IB_TIMEOUT to" not in findings[0].fix  # 17 s x 7 already covers 10 s
 
 
 def test_resweep_unknown_is_reported_not_guessed() -> None:

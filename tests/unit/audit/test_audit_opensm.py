@@ -126,3 +126,12 @@ def test_other_files_are_refused(name: str) -> None:
 
 def test_empty_file_is_all_defaults() -> None:
     assert {f.rule for f in audit_opensm("# nothing\n", "e.conf")} >= {"OSM001", "OSM009"}
+
+
+def test_a_key_value_wrapped_onto_its_own_line_is_never_echoed() -> None:
+    text = "sm_priority 15\nm_key\n0x8c1f3e77a2d94b61\nm_key_protection_level 2\n"
+    findings = audit_opensm(text, "wrapped.conf")
+    for fmt in ("text", "json", "sarif"):
+        out = render(findings, fmt)
+        assert "8c1f3e77a2d94b61" not in out and "3e77" not in out
+    assert ("OSM016", 3) in _rules(findings)

@@ -96,3 +96,11 @@ def test_sonic_config_db_violations_grouped_by_port() -> None:
     assert by_rule["ROCE001"].evidence["ports"] == 2
     assert "ports Ethernet0, Ethernet8" in by_rule["ROCE001"].reason
     assert "1048576 bytes" in by_rule["ROCE003"].reason
+
+
+def test_unreadable_pfc_priorities_are_not_also_called_pfc_off() -> None:
+    text = ("trust: dscp\nmtu: 9216\npfc: {priorities: \"3\", xoff_bytes: 100000,"
+            " watchdog: {enabled: true}}\necn: {min_threshold_bytes: 20000, "
+            "max_threshold_bytes: 50000}\n")
+    findings, _ = audit_roce(text, "s.yaml")
+    assert [f.rule for f in findings] == ["ROCE007"]
