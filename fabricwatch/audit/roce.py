@@ -292,9 +292,10 @@ def _audit_switch(doc: _Doc, ctx: RoceContext) -> None:
     doc.unknown(pfc, KNOWN_PFC, "pfc.")
     prios_node = k8s.get(pfc, "priorities")
     prios: list[int] = []
-    unreadable = prios_node is not None and not isinstance(prios_node, SequenceNode)
-    if unreadable:
+    unreadable = False
+    if prios_node is not None and not isinstance(prios_node, SequenceNode):
         doc.bad(prios_node, "pfc.priorities", "a list of priorities 0-7")
+        unreadable = True
     for item in k8s.items(prios_node):
         number = _num(item)
         if number is None or not 0 <= number < 8 or number != int(number):
