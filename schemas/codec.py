@@ -14,7 +14,7 @@ import orjson
 from pydantic import BaseModel, ValidationError
 
 from schemas.errors import ContractError
-from schemas.events import EVENT_MODELS, DeadLetter, Event
+from schemas.events import EVENT_MODELS, FIELD_ERROR_MARK, DeadLetter, Event
 
 _OPTS = orjson.OPT_NON_STR_KEYS
 
@@ -71,6 +71,9 @@ def contract_error(exc: ValidationError) -> ContractError:
     path = ".".join(str(part) for part in first.get("loc", ()))
     reason = str(first.get("msg", "invalid"))
     reason = reason.removeprefix("Value error, ")
+    if reason.startswith(FIELD_ERROR_MARK):  # a FieldError: its own path, after the model's
+        inner, _, reason = reason[1:].partition(FIELD_ERROR_MARK)
+        path = f"{path}.{inner}" if path else inner
     return ContractError(reason, path)
 
 

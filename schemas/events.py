@@ -17,6 +17,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StrictBool,
     field_validator,
     model_validator,
 )
@@ -100,8 +101,24 @@ def port_key(device: str, port: int) -> str:
     return f"{device}:{port}"
 
 
+class FieldError(ValueError):
+    """A model-level check that knows which field is wrong (pydantic gives those no path):
+    the codec reports ``path`` as the contract error's field path."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{FIELD_ERROR_MARK}{path}{FIELD_ERROR_MARK}{reason}")
+
+
+FIELD_ERROR_MARK = "\x1f"  # unit separator: never in a reason (control characters are refused)
+
 Device = Annotated[str, Field(min_length=1)]
-NonNegInt = Annotated[int, Field(ge=0)]
+# Strict: a wrong type is a validation error (true, "5" and 5.0 are not counts or ports).
+StrictInt = Annotated[int, Field(strict=True)]
+NonNegInt = Annotated[int, Field(ge=0, strict=True)]
+# Floats take ints (JSON has one number type) but not strings or booleans.
+StrictFloat = Annotated[float, Field(strict=True)]
+NonNegFloat = Annotated[float, Field(ge=0, strict=True)]
+
 
 
 class Envelope(BaseModel):
@@ -133,7 +150,7 @@ class Envelope(BaseModel):
 
 class _PortScoped(Envelope):
     device: Device
-    port: int
+    port: StrictInt
 
     @field_validator("device")
     @classmethod
@@ -144,7 +161,8 @@ class _PortScoped(Envelope):
     def _port_range(self) -> _PortScoped:
         limit = MAX_IB_PORT if self.source in IB_SOURCES else MAX_ETH_PORT
         if not 0 <= self.port <= limit:
-            raise ValueError(f"port {self.port} is outside 0..{limit} for source {self.source!r}")
+            raise FieldError("port", f"port {self.port} is outside 0..{limit} for source "
+                             f"{self.source!r}")
         return self
 
     @property
@@ -157,7 +175,7 @@ class PortEvent(_PortScoped):
 
     kind: Literal["port_event"] = "port_event"
     state: Literal["down", "up"]
-    trap: int | None = None
+    trap: StrictInt | None = None
     phys_state: str | None = None
     reason: str | None = None
 
@@ -197,7 +215,7 @@ class PortSample(BaseModel):
 
     model_config = ConfigDict(extra="allow", frozen=True, allow_inf_nan=False)
 
-    port: int
+    port: StrictInt
     symbol_errors: NonNegInt | None = None
     link_error_recovery: NonNegInt | None = None
     link_downed: NonNegInt | None = None
@@ -209,8 +227,8 @@ class PortSample(BaseModel):
     excessive_buffer_overrun: NonNegInt | None = None
     fec_corrected: NonNegInt | None = None
     fec_uncorrectable: NonNegInt | None = None
-    raw_ber: Annotated[float, Field(ge=0)] | None = None
-    effective_ber: Annotated[float, Field(ge=0)] | None = None
+    raw_ber: NonNegFloat | None = None
+    effective_ber: NonNegFloat | None = None
     width: str | None = None
     speed: str | None = None
     pfc_pause_rx: NonNegInt | None = None
@@ -221,9 +239,9 @@ class PortSample(BaseModel):
     out_of_sequence: NonNegInt | None = None
     local_ack_timeout_err: NonNegInt | None = None
     rx_discards_phy: NonNegInt | None = None
-    module_temp_c: float | None = None
-    rx_power_dbm: float | None = None
-    counter_bits: dict[str, int] | None = None
+    module_temp_c: StrictFloat | None = None
+    rx_power_dbm: StrictFloat | None = None
+    counter_bits: dict[str, StrictInt] | None = None
 
 
 class Counters(Envelope):
@@ -243,7 +261,8 @@ class Counters(Envelope):
         limit = MAX_IB_PORT if self.source in IB_SOURCES else MAX_ETH_PORT
         for i, sample in enumerate(self.ports):
             if not 0 <= sample.port <= limit:
-                raise ValueError(f"ports.{i}.port {sample.port} is outside 0..{limit}")
+                raise FieldError(f"ports.{i}.port",
+                                 f"ports.{i}.port {sample.port} is outside 0..{limit}")
         return self
 
 
@@ -256,8 +275,8 @@ class Probe(Envelope):
     dst: Annotated[str, Field(min_length=1, max_length=512)]
     rail: NonNegInt
     size_bytes: NonNegInt
-    bw_gbps: Annotated[float, Field(ge=0)]
-    baseline_gbps: Annotated[float, Field(ge=0)] | None = None
+    bw_gbps: NonNegFloat
+    baseline_gbps: NonNegFloat | None = None
 
 
 class TopologyLink(BaseModel):
@@ -266,9 +285,9 @@ class TopologyLink(BaseModel):
     model_config = ConfigDict(extra="allow", frozen=True)
 
     a_device: Device
-    a_port: Annotated[int, Field(ge=0, le=MAX_ETH_PORT)]
+    a_port: Annotated[int, Field(ge=0, le=MAX_ETH_PORT, strict=True)]
     b_device: Device
-    b_port: Annotated[int, Field(ge=0, le=MAX_ETH_PORT)]
+    b_port: Annotated[int, Field(ge=0, le=MAX_ETH_PORT, strict=True)]
     width: str | None = None
     speed: str | None = None
 
@@ -307,7 +326,7 @@ class ActionRecord(_PortScoped):
     before: dict[str, Any] | None = None
     after: dict[str, Any] | None = None
     note: str | None = None
-    dry_run: bool = False
+    dry_run: StrictBool = False
 
 
 class EvidenceRecord(_PortScoped):
@@ -317,7 +336,7 @@ class EvidenceRecord(_PortScoped):
     workflow_id: str
     tool: str  # perfquery | mlxlink | iblinkinfo | cable_info | ...
     output: str
-    exit_code: int | None = None
+    exit_code: StrictInt | None = None
 
 
 class DeadLetter(BaseModel):
