@@ -7,7 +7,7 @@ Each format is a pure function from decoded text and ``IngestOptions`` to contra
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, tzinfo
 
 from collectors import ibdiags, ibnetdiscover, probes, smlog, telemetry
@@ -33,6 +33,8 @@ class IngestOptions:
     src: str | None = None
     dst: str | None = None
     baseline_gbps: float | None = None
+    # What a parser could not turn into events and why (the CLI prints them on stderr).
+    notes: list[str] = field(default_factory=list)
 
 
 def _need_device(opts: IngestOptions, what: str) -> str:
@@ -52,13 +54,30 @@ def _need_tz(opts: IngestOptions, what: str) -> str | tzinfo:
 def _opensm(text: str, o: IngestOptions) -> list[Event]:
     zone = smlog.zone(_need_tz(o, "opensm log"))
     year = o.year or smlog.infer_year(text, now=datetime.fromtimestamp(o.ts / 1000, tz=zone))
-    return list(smlog.parse_opensm_log(text, fabric=o.fabric, tz=zone, year=year,
-                                       lids=o.lids).events)
+    return _resolved(smlog.parse_opensm_log(text, fabric=o.fabric, tz=zone, year=year,
+                                            lids=o.lids), o, "opensm log")
 
 
 def _ufm_events(text: str, o: IngestOptions) -> list[Event]:
-    return list(smlog.parse_ufm_events(text, fabric=o.fabric, tz=_need_tz(o, "UFM event.log"),
-                                       lids=o.lids).events)
+    return _resolved(smlog.parse_ufm_events(text, fabric=o.fabric,
+                                            tz=_need_tz(o, "UFM event.log"), lids=o.lids),
+                     o, "UFM event.log")
+
+
+def _resolved(result: smlog.SmLogResult, o: IngestOptions, what: str) -> list[Event]:
+    """The events, after saying which port-change lines could not be placed and why: without
+    ``--topology`` that is an error (the option supplies the GUID/LID map), with it a note."""
+    missing = result.unresolved
+    if missing and o.lids is None:
+        first = missing[0]
+        raise ParseError(None, first.line, f"{len(missing)} {what} line(s) name ports by GUID "
+                                           "or LID only; give --topology (ibnetdiscover output "
+                                           f"of the fabric) to resolve them ({first.reason})")
+    for item in missing[:20]:
+        o.notes.append(f"line {item.line}: not placed: {item.reason}")
+    if len(missing) > 20:
+        o.notes.append(f"... and {len(missing) - 20} more lines not placed")
+    return list(result.events)
 
 
 @dataclass(frozen=True)

@@ -69,6 +69,8 @@ _P_LINKED = re.compile(
 )
 _P_ALONE = re.compile(rf"^{_P_END}\s+(\d+)x\s*(\S+)(?:\s+(.*))?$")
 _P_DESCS_QUOTED = re.compile(r"^'(.*)'\s+-\s+'(.*)'$")
+# "- SW 12 5 0x..." where a port's description belongs: the peer half of a cut linked line
+_P_PEER_CUT = re.compile(r"^-\s+(CA|SW|RT)\s+\d+\s+\d+\s+0x")
 
 
 @dataclass
@@ -311,6 +313,12 @@ def _parse_ports(text: str) -> _Parsed:
         if match:
             aw, alid, aport, aguid, _width, _speed, desc = match.groups()
             desc = (desc or "").strip()
+            if _P_PEER_CUT.match(desc):
+                raise ParseError(None, number, "a linked port's line is cut off before its "
+                                               f"peer's descriptions end: {stripped[:80]!r}")
+            if desc.startswith("'") and (len(desc) < 2 or not desc.endswith("'")):
+                raise ParseError(None, number, f"unterminated node description {desc[:80]!r} "
+                                               "(the line is cut off?)")
             if len(desc) >= 2 and desc[0] == desc[-1] == "'":
                 desc = desc[1:-1]
             node_for(number, aw, alid, aport, aguid, desc)

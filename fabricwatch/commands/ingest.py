@@ -126,6 +126,9 @@ def ingest(fmt: str | None, paths: tuple[str, ...], list_formats: bool, fabric: 
             events.extend(parse_input(fmt, _read(path), opts))
         except ParseError as error:
             _fail(error if error.file else error.in_file(name))
+        for note in opts.notes:
+            click.echo(f"fabricwatch ingest: {name}: {note}", err=True)
+        opts.notes.clear()
     if print_only:
         out = sys.stdout.buffer
         for event in events:

@@ -95,3 +95,33 @@ def test_device_names_with_metacharacters_are_data() -> None:
                            "--device", name, "--print", "--ts", TS])
     assert code == 0, err
     assert {json.loads(line)["device"] for line in out.splitlines()} == {name}
+
+
+OSM_CHANGES = (
+    b"Nov 29 10:00:01 123456 [7F] 0x02 -> osm_pi_rcv_process: Switch 0x2c5eab0300b87b40 "
+    b"port 3 changed state from ACTIVE to DOWN\n"
+    b"Nov 29 10:00:02 123456 [7F] 0x02 -> osm_pi_rcv_process: Switch 0x00000000deadbeef "
+    b"port 9 changed state from ACTIVE to DOWN\n")
+
+
+def test_opensm_lines_that_need_a_topology_are_explained_not_dropped() -> None:
+    code, out, err = _run(["opensm", "-", "--tz", "UTC", "--year", "2026", "--print"],
+                          stdin=OSM_CHANGES)
+    assert code == 2 and out == ""
+    assert "--topology" in err and "<stdin>:1" in err
+    code, out, err = _run(["opensm", "-", "--tz", "UTC", "--year", "2026", "--print",
+                           "--topology", TOPOLOGY], stdin=OSM_CHANGES)
+    assert code == 0, err
+    events = [decode(line) for line in out.splitlines()]
+    assert [(e.device, e.port, e.state) for e in events] == [  # type: ignore[union-attr]
+        ("A09-P1-IBLEAF-04-04", 3, "down")]
+    assert "line 2: not placed" in err and "0x00000000deadbeef" in err
+
+
+def test_a_ports_format_line_cut_inside_its_peer_is_an_error() -> None:
+    text = (b"SW 12 1 0xfc6a1c0300e20000 4x NDR - CA 106 1 0x0002c90300000050 "
+            b"( 'leaf-a' - 'node1 HCA-1' )\n"
+            b"CA 107 1 0x0002c90300000060 4x NDR - SW 12 5 0xfc6a1c0300e20000 ( 'node2 HCA-1' - 'le\n")
+    code, out, err = _run(["ibnetdiscover", "-", "--print"], stdin=text)
+    assert code == 2 and out == ""
+    assert "<stdin>:2" in err and "cut off" in err
