@@ -115,6 +115,7 @@ def parse_perfquery(text: str, *, fabric: str, ts: int, device: str | None = Non
     width = 64
     addl_unsupported = False
     seen_block = False
+    block: tuple[str, int, set[str]] | None = None  # title, header line, field names seen
     for number, line in lines(text):
         stripped = line.strip()
         if not stripped:
@@ -122,7 +123,9 @@ def parse_perfquery(text: str, *, fabric: str, ts: int, device: str | None = Non
         match = _PQ_HEADER.match(stripped)
         if match:
             seen_block = True
+            _check_complete(block)
             title, lid_s, port_s, _cap, cap2 = match.groups()
+            block = (title, number, set())
             lid, port = int(lid_s), int(port_s)
             if port == ALL_PORTS:
                 raise ParseError(None, number, "port 255 is perfquery's sum over all ports, "
@@ -161,6 +164,8 @@ def parse_perfquery(text: str, *, fabric: str, ts: int, device: str | None = Non
         match = _PQ_FIELD.match(stripped)
         if match and current is not None:
             name_, value = match.groups()
+            if block is not None:
+                block[2].add(name_)
             if name_ in _SELECTORS:
                 continue
             key = _field_for(name_)
@@ -177,7 +182,26 @@ def parse_perfquery(text: str, *, fabric: str, ts: int, device: str | None = Non
         raise ParseError(None, number, f"unrecognised perfquery line {stripped[:80]!r}")
     if not seen_block:
         raise ParseError(None, None, "no perfquery '# Port counters: Lid L port P' block found")
+    _check_complete(block)
     return counters_events(devices, fabric=fabric, ts=ts, source=source, kind="perfquery")
+
+
+def _check_complete(block: tuple[str, int, set[str]] | None) -> None:
+    """A counters block must reach the field perfquery always prints last in it, or the
+    output was cut off (and a missing counter would read as "not reported")."""
+    if block is None:
+        return
+    title, line, seen = block
+    if title == "Port counters":
+        last = "PortRcvPkts"
+    elif title == "Port extended counters":
+        # The error counters section (after CounterSelect2) ends with VL15Dropped or later.
+        last = "VL15Dropped" if "CounterSelect2" in seen else "PortMulticastRcvPkts"
+    else:
+        return  # the -D/-E detail registers vary with the version
+    if last not in seen:
+        raise ParseError(None, line, f"the '# {title}' block ends before {last}: the output "
+                                     "is cut off")
 
 
 # ---------------------------------------------------------------- ibqueryerrors

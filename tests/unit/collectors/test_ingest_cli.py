@@ -125,3 +125,18 @@ def test_a_ports_format_line_cut_inside_its_peer_is_an_error() -> None:
     code, out, err = _run(["ibnetdiscover", "-", "--print"], stdin=text)
     assert code == 2 and out == ""
     assert "<stdin>:2" in err and "cut off" in err
+
+
+@pytest.mark.parametrize(("fixture", "keep"), [
+    ("extended-hca-capmask-5a00.txt", 14),     # -x, cut inside the error counters
+    ("ibsim-basic-hca-capmask-1200.txt", 9),   # basic, cut after 8 counters
+    ("ibsim-extended-data-only-hca.txt", 8),   # -x data counters only, cut
+])
+def test_a_cut_perfquery_block_is_an_error(fixture: str, keep: int) -> None:
+    whole = (FIXTURES / "perfquery" / fixture).read_bytes()
+    code, _, err = _run(["perfquery", "-", "--device", "d1", "--ts", TS, "--print"], whole)
+    assert code == 0, err
+    cut = b"\n".join(whole.splitlines()[:keep]) + b"\n"
+    code, out, err = _run(["perfquery", "-", "--device", "d1", "--ts", TS, "--print"], cut)
+    assert code == 2 and out == ""
+    assert "<stdin>:1" in err and "cut off" in err
