@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -205,6 +205,44 @@ def _ws(width: str | None, speed: str | None) -> str:
     return " ".join(x for x in (width, speed) if x) or "unknown width/speed"
 
 
+GUID_ALIAS_SPAN = 3
+
+
+def _alias_guid_blocks(plan: Plan, discovered: Topology, names: dict[str, str]) -> None:
+    """Map a plan device named by a GUID the discovered side does not use to the discovered
+    device named by the uniquely nearest GUID at most ``GUID_ALIAS_SPAN`` away that no
+    planned device uses itself.
+
+    A node without a usable description is named by its GUID, and ``ibnetdiscover -p``
+    prints a CA's port GUID where the default format prints its node GUID; the two differ
+    by the port number on ibsim and some HCAs (``...86b2`` and ``...86b3``, or a SHARP
+    aggregation node's ``...7fd0`` and ``...7fd1``). Adjacent devices are further apart
+    than that, and an ambiguous neighbourhood is left alone.
+    """
+    def guid_names(devices: Iterable[str]) -> set[str]:
+        return {g for d in devices if (g := normalize_guid(d)) is not None and g == d}
+
+    found = guid_names(d for tl in discovered.links for d in (tl.a_device, tl.b_device))
+    if not found:
+        return
+    planned = guid_names(d for link in plan.links for d in (link.a_device, link.b_device))
+    spare = {int(g, 16): g for g in found - planned}
+    chosen: dict[str, list[str]] = {}  # discovered alias -> plan GUIDs that picked it
+    for g in planned:
+        if g in found or g in names:
+            continue
+        value = int(g, 16)
+        for distance in range(1, GUID_ALIAS_SPAN + 1):
+            near = [spare[v] for v in (value - distance, value + distance) if v in spare]
+            if near:
+                if len(near) == 1:  # the uniquely nearest; a tie is ambiguous
+                    chosen.setdefault(near[0], []).append(g)
+                break
+    for alias, plan_guids in chosen.items():
+        if len(plan_guids) == 1:  # two plan devices wanting one alias: neither gets it
+            names[plan_guids[0]] = alias
+
+
 def diff(plan: Plan, discovered: Topology, policy: Policy, *,
          guid_names: Mapping[str, str] | None = None) -> DiffReport:
     """Compare ``discovered`` with ``plan``; see the module docstring for the rules.
@@ -219,6 +257,8 @@ def diff(plan: Plan, discovered: Topology, policy: Policy, *,
         norm = normalize_guid(guid)
         if norm is not None:
             names[norm] = name
+
+    _alias_guid_blocks(plan, discovered, names)
 
     def resolve(device: str) -> str:
         return names.get(device, device)

@@ -380,3 +380,31 @@ def test_random_mix_of_swaps_drops_extras_and_weak_links(data: st.DataObject) ->
             for f in report.findings} == expected
     assert len(report.findings) == len(expected)
     assert report.summary["swap_groups"] == k_swap
+
+
+def _fixture_topology(name: str) -> Topology:
+    path = FIXTURES / name
+    if not path.exists():
+        pytest.skip(f"{name} is not on this machine")
+    return parse_ibnetdiscover(path.read_text(), fabric="lab", ts=1_700_000_000_000)
+
+
+def test_default_format_plan_matches_the_ports_format_of_the_same_cabling() -> None:
+    # The same NDR fat tree: the default format names GUID-only nodes by node GUID, the -p
+    # format (from ibsim) by port GUID, one apart; none of that is a miswire.
+    plan = load_plan(plan_from_topology(
+        _fixture_topology("topograph-ndr-fattree.txt")).to_csv())
+    ports = _fixture_topology("ibsim-ports-ndr-fattree-sdr.txt")
+    report = diff(plan, ports, Policy())
+    assert report.summary["matched_links"] == report.summary["planned_links"] == 1114
+    assert {k for k, _ in kinds(report)} == {"degraded_link"}  # ibsim trains at SDR
+    # and a swap of two GUID-named HCAs in the -p output is still a swap
+    guid_named = [tl for tl in ports.links if tl.b_device.startswith("0x")]
+    a, b = guid_named[0], guid_named[1]
+    assert a.b_device != b.b_device
+    swapped = ports.model_copy(update={"links": [
+        a.model_copy(update={"b_device": b.b_device, "b_port": b.b_port}),
+        b.model_copy(update={"b_device": a.b_device, "b_port": a.b_port}),
+        *[tl for tl in ports.links if tl not in (a, b)]]})
+    miswires = [f for f in diff(plan, swapped, Policy()).findings if f.kind == "miswire"]
+    assert len(miswires) == 2 and all(f.swapped_with for f in miswires)
