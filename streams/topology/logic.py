@@ -53,6 +53,7 @@ MAX_NAMED = 32
 
 # Rail-optimized naming: a leaf named like leaf-su01-r3 (or ...-rail3) serves rail 3 of SU 1;
 # a host HCA is HOST/HCA (the collectors' naming rule), e.g. node0042/mlx5_3.
+_NIC_INDEX = re.compile(r"(\d+)$")
 _RAIL = re.compile(r"(?:^|[-_.])(?:r|rail)(\d+)$", re.IGNORECASE)
 _SU = re.compile(r"(?:^|[-_.])su(\d+)(?:[-_.]|$)", re.IGNORECASE)
 
@@ -141,28 +142,47 @@ def _rail_of_switch(name: str) -> int | None:
 def _rail_map(links: list[tuple[End, End]]) -> tuple[dict[End, _Rail], bool]:
     """Host end -> (node, rail) where the plan is rail-optimized; and whether it is.
 
-    The plan follows the pattern when it cables host HCAs (``HOST/HCA``) to switches, every
-    such switch carries a rail number in its name, and no node has two NICs on one rail.
+    The plan follows the pattern when it cables host HCAs (``HOST/HCA``) to switches, no node
+    has two NICs on one rail, and each switch is one rail: named so (``...-r3``,
+    ``...rail3``), or, for switches named otherwise, because every NIC cabled to it has the
+    same index (``mlx5_3``, ``HCA-3``: NIC k of each node on leaf k).
     """
-    rails: dict[End, _Rail] = {}
-    per_node: dict[str, set[int]] = {}
-    host_links = 0
+    host_ends: list[tuple[End, str]] = []
+    nic_indices: dict[str, set[int | None]] = {}
     for a, b in links:
         a_host, b_host = "/" in a[0], "/" in b[0]
         if a_host == b_host:
             continue  # switch-switch (or host-host): no node rail to speak of
-        host, switch = (a, b) if a_host else (b, a)
-        host_links += 1
-        rail = _rail_of_switch(switch[0])
+        host, peer = (a, b) if a_host else (b, a)
+        host_ends.append((host, peer[0]))
+        nic_indices.setdefault(peer[0], set()).add(_nic_index(host[0]))
+    if not host_ends:
+        return {}, False
+    switch_rail: dict[str, int] = {}
+    for switch_name, indices in nic_indices.items():
+        rail = _rail_of_switch(switch_name)
+        if rail is None and len(indices) == 1:
+            rail = next(iter(indices))
         if rail is None:
             return {}, False
+        switch_rail[switch_name] = rail
+    rails: dict[End, _Rail] = {}
+    per_node: dict[str, set[int]] = {}
+    for host, switch_name in host_ends:
+        rail = switch_rail[switch_name]
         node = host[0].split("/", 1)[0]
         seen = per_node.setdefault(node, set())
         if rail in seen:
             return {}, False
         seen.add(rail)
         rails[host] = _Rail(node, rail)
-    return (rails, True) if host_links else ({}, False)
+    return rails, True
+
+
+def _nic_index(host_device: str) -> int | None:
+    """3 for ``node7/mlx5_3`` or ``node7/HCA-3``; None when the NIC name has no number."""
+    m = _NIC_INDEX.search(host_device.split("/", 1)[1])
+    return int(m.group(1)) if m else None
 
 
 def _rails_text(rails: Mapping[str, tuple[int, ...]]) -> str:

@@ -408,3 +408,27 @@ def test_default_format_plan_matches_the_ports_format_of_the_same_cabling() -> N
         *[tl for tl in ports.links if tl not in (a, b)]]})
     miswires = [f for f in diff(plan, swapped, Policy()).findings if f.kind == "miswire"]
     assert len(miswires) == 2 and all(f.swapped_with for f in miswires)
+
+
+def test_rails_come_from_the_nic_index_where_leaf_names_carry_none() -> None:
+    # NIC k of each node on leaf k, but the leaves are named su1-ibleaf-01.. (no rail token)
+    links = [dataclasses.replace(x, b_device=x.b_device.replace("leaf-su", "ibleaf-su")
+                                 .replace("-r", "-")) if x.b_device.startswith("leaf") else x
+             for x in rail_fabric(64)]
+    links = [dataclasses.replace(x, a_device=x.a_device.replace("leaf-su", "ibleaf-su")
+                                 .replace("-r", "-")) if x.a_device.startswith("leaf") else x
+             for x in links]
+    found = as_found(links)
+    i2 = next(i for i, (a, _) in enumerate(found) if a == ("node0037/mlx5_2", 1))
+    i3 = next(i for i, (a, _) in enumerate(found) if a == ("node0037/mlx5_3", 1))
+    (a2, b2), (a3, b3) = found[i2], found[i3]
+    found[i2], found[i3] = (a2, b3), (a3, b2)
+    report = diff(Plan(tuple(links)), topo(found), POLICY)
+    assert report.summary["rail_optimized"] is True
+    assert report.summary["rails_affected"] == {"node0037": [2, 3]}
+    # a leaf carrying two NIC indices is no rail: the plan is then not rail-optimized
+    mixed = [dataclasses.replace(x, a_device="node0001/mlx5_1")
+             if x.a_device == "node0001/mlx5_0" else x for x in links]
+    mixed = [x for x in mixed if x.a_device != "node0001/mlx5_1" or x.b_device.endswith("-0")]
+    assert diff(Plan(tuple(mixed)), topo(as_found(mixed)), POLICY).summary[
+        "rail_optimized"] is False
