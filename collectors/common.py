@@ -54,12 +54,14 @@ def stable_id(*parts: object) -> str:
 
 
 def to_int(value: str, line: int | None, what: str) -> int:
-    """A decimal or 0x-hex integer, or ParseError naming ``what``."""
+    """A non-negative decimal or 0x-hex integer, or ParseError naming ``what``."""
     text = value.strip().replace(",", "")
     try:
         number = int(text, 16) if text.lower().startswith("0x") else int(text)
     except ValueError:
         raise ParseError(None, line, f"{what} {value[:40]!r} is not an integer") from None
+    if number < 0:  # every caller reads a counter, LID, rate or time: none is negative
+        raise ParseError(None, line, f"{what} {value[:40]!r} is negative")
     return number
 
 
