@@ -292,10 +292,11 @@ def parse_ufm_events(text: str, *, fabric: str, tz: str | tzinfo,
             continue
         state, reason = mapping
         ends = _UFM_END.findall(body)
-        if not ends:
-            result.unresolved.append(Unresolved(number, f"event {code_s} names no "
-                                                "(Type:NAME:label)GUID:port end", line))
-            continue
+        if not ends or body.count(" - (") >= len(ends):
+            # a link event always names its ends, each whole: this line is cut or garbled
+            raise ParseError(None, number, f"UFM event {code_s} names no "
+                                           "(Type:NAME:label)GUID:port end (is the line cut "
+                                           f"off?): {stripped[:80]!r}")
         for index, (kind, name, _label, guid, port) in enumerate(ends):
             device = _ufm_device(kind, name, guid, lids)
             result.events.append(PortEvent(

@@ -140,3 +140,15 @@ def test_a_cut_perfquery_block_is_an_error(fixture: str, keep: int) -> None:
     code, out, err = _run(["perfquery", "-", "--device", "d1", "--ts", TS, "--print"], cut)
     assert code == 2 and out == ""
     assert "<stdin>:1" in err and "cut off" in err
+
+
+@pytest.mark.parametrize("cut_at", ["(Switch:A09-P1-IB", "(Switch:A10-P1-IBSPINE-02:1/16/2)2c5e"])
+def test_a_ufm_link_event_cut_inside_an_end_is_an_error(cut_at: str) -> None:
+    line = (SAMPLES / "ufm-event-log.log").read_text().splitlines()[0]
+    assert "Link went down" in line
+    code, out, _ = _run(["ufm-events", "-", "--tz", "UTC", "--print"], line.encode() + b"\n")
+    assert code == 0 and len(out.splitlines()) == 2
+    cut = line[: line.index(cut_at) + len(cut_at)]
+    code, out, err = _run(["ufm-events", "-", "--tz", "UTC", "--print"], cut.encode() + b"\n")
+    assert code == 2 and out == ""
+    assert "<stdin>:1" in err and "cut off" in err
