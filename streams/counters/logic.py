@@ -76,7 +76,7 @@ MINUTE_MS = 60_000
 #     "b": {field index: [[minute, count], ...]}   non-zero error deltas
 #     "z": {field index: [decayed count, at ts]}   baseline
 #     "o": {condition: episode id}                 open episodes
-#     "r": resets seen, "w"/"s": last width/speed, "m": media
+#     "r": resets seen, "w"/"s"/"lt": last width/speed and when, "m": media
 PortState = list[Any]
 DeviceState = dict[str, Any]
 
@@ -399,13 +399,19 @@ class CountersDetector:
                     width: str | None, speed: str | None, detections: list[Detection], *,
                     source: str = "counters", fabric_wide: str | None = None) -> None:
         ext = ps[2]
-        if ext is not None and ext.get("w") == width and ext.get("s") == speed:
-            return  # unchanged since it was last judged (by either source)
+        if ext is not None:
+            if ts < ext.get("lt", 0):
+                return  # older than what was last judged (a snapshot behind the samples)
+            if ext.get("w") == width and ext.get("s") == speed:
+                # unchanged (by either source). The time is not worth a state write: restored
+                # older, it only lets a snapshot older than the samples be judged again.
+                ext["lt"] = ts
+                return
         if (ext is None and width == self.degraded.expect_width
                 and speed == self.degraded.expect_speed and self.expectation is None):
             return  # exactly the policy's expectation, nothing to keep
         ext = self._ext(ps)
-        ext["w"], ext["s"] = width, speed
+        ext["w"], ext["s"], ext["lt"] = width, speed, ts
         expect = self.expectation(device, port) if self.expectation else None
         verdict = check_link(width, speed, expect, self.degraded)
         if verdict is not None:

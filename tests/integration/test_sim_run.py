@@ -8,6 +8,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer  # type: ignore[import-untyped]
@@ -25,15 +26,35 @@ FABRICWATCH = Path(sys.executable).parent / "fabricwatch"
 TOPICS = ["fabric.counters", "fabric.port-events", "fabric.probes", "fabric.topology"]
 
 
-async def _consume(bootstrap: str, fabric: str, expect: int, timeout_s: float = 60.0,
-                   ) -> list[tuple[str, bytes, bytes]]:
-    consumer = AIOKafkaConsumer(*TOPICS, bootstrap_servers=bootstrap,
-                                auto_offset_reset="earliest", enable_auto_commit=False,
+async def _ends(bootstrap: str) -> dict[Any, int]:
+    """The end offset of every partition of the sim's topics, before a test publishes."""
+    from aiokafka import TopicPartition
+
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None)
+    await consumer.start()
+    try:
+        await consumer._client.force_metadata_update()  # noqa: SLF001 - no public refresh
+        tps = [TopicPartition(t, p) for t in TOPICS
+               for p in sorted(consumer.partitions_for_topic(t) or ())]
+        assert tps, "the sim's topics have no partitions in the metadata"
+        return dict(await consumer.end_offsets(tps))
+    finally:
+        await consumer.stop()
+
+
+async def _consume(bootstrap: str, fabric: str, expect: int, start: dict[Any, int],
+                   timeout_s: float = 60.0) -> list[tuple[str, bytes, bytes]]:
+    """This fabric's messages after ``start`` (from ``_ends``): the session broker holds
+    every other test's traffic too, and reading it all from the beginning is slow."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
                                 group_id=None)
     await consumer.start()
     found: list[tuple[str, bytes, bytes]] = []
     marker = f'"fabric":"{fabric}"'.encode()
     try:
+        consumer.assign(list(start))
+        for tp, offset in start.items():
+            consumer.seek(tp, offset)
         deadline = time.monotonic() + timeout_s
         while len(found) < expect and time.monotonic() < deadline:
             batch = await consumer.getmany(timeout_ms=500, max_records=5000)
@@ -51,10 +72,11 @@ async def test_sim_run_publishes_to_the_broker(kafka_bootstrap: str, tmp_path: P
     simulator = Simulator(fab, faults=[parse_spec("flap:leaf-su01-r3:2,count=2,every=10s,at=5s")],
                           controller=controller, start_ms=int(time.time() * 1000) - 60_000,
                           interval_s=10, probe_every=1, topology_every=3)
+    start = await _ends(kafka_bootstrap)
     stats = await run_to_kafka(simulator, kafka_bootstrap, steps=3, speedup=0)
     assert stats.steps == 3
     assert stats.port_samples == 3 * fab.port_count()
-    found = await _consume(kafka_bootstrap, fabric, stats.messages)
+    found = await _consume(kafka_bootstrap, fabric, stats.messages, start)
     assert len(found) == stats.messages
     events = [(topic, key, decode(value)) for topic, key, value in found]
     for topic, key, event in events:
@@ -75,6 +97,7 @@ def test_sim_run_cli(kafka_bootstrap: str, tmp_path: Path) -> None:
     fabric = f"simcli-{uuid.uuid4().hex[:8]}"
     faults = tmp_path / "faults.yaml"
     faults.write_text("- link_down:leaf-su01-r0:1,at=15s\n")
+    start = asyncio.run(_ends(kafka_bootstrap))
     result = subprocess.run(
         [str(FABRICWATCH), "sim", "run", "--preset", "lab", "--fabric", fabric,
          "--interval", "10s", "--duration", "40s", "--speedup", "0", "--faults", str(faults),
@@ -82,7 +105,7 @@ def test_sim_run_cli(kafka_bootstrap: str, tmp_path: Path) -> None:
          "--state-dir", str(tmp_path / "state")],
         capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 0, result.stderr
-    found = asyncio.run(_consume(kafka_bootstrap, fabric, 4 * 22 + 1))
+    found = asyncio.run(_consume(kafka_bootstrap, fabric, 4 * 22 + 1, start))
     events = [decode(v) for _, _, v in found]
     assert sum(isinstance(e, Counters) for e in events) == 4 * 22  # 22 devices in lab
     downs = [e for e in events if isinstance(e, PortEvent)]
