@@ -47,6 +47,14 @@ def register(sa: StreamsApp) -> None:
                            key_type=bytes, value_type=bytes, key_serializer="raw",
                            value_serializer="raw")
 
+    def load(key: bytes) -> dict[str, Any] | None:
+        """The device's state: this worker's cached copy, else the table's."""
+        value = cache.get(key)
+        if value is None:
+            stored = table.get(key)
+            value = orjson.loads(stored) if stored else None
+        return value
+
     async def observe(raw: bytes, message: Any) -> None:
         try:
             links = LinkStates.from_wire(orjson.loads(raw))
@@ -54,11 +62,7 @@ def register(sa: StreamsApp) -> None:
             await sa.dead_letter(raw, ContractError(f"bad link_states: {exc}"), message)
             return
         key = state_key(links.fabric, links.device).encode()
-        value = cache.get(key)
-        if value is None:
-            stored = table.get(key)
-            value = orjson.loads(stored) if stored else None
-        value, detections, _, redelivered = sa.engine.apply_links(value, links)
+        value, detections, _, redelivered = sa.engine.apply_links(load(key), links)
         cache[key] = value
         if not redelivered and (value["s"].pop("dirty", True) or detections):
             table[key] = orjson.dumps(value)
@@ -77,11 +81,7 @@ def register(sa: StreamsApp) -> None:
                 if not isinstance(msg, Counters):
                     continue
                 key = state_key(msg.fabric, msg.device).encode()
-                value = cache.get(key)
-                if value is None:
-                    stored = table.get(key)
-                    value = orjson.loads(stored) if stored else None
-                value, detections, downs, redelivered = sa.engine.apply_counters(value, msg)
+                value, detections, downs, redelivered = sa.engine.apply_counters(load(key), msg)
                 cache[key] = value
                 state = value["s"]
                 if not redelivered and (state.pop("dirty", True) or detections or downs
