@@ -32,6 +32,9 @@ import orjson
 
 STATE_FILE = "sim-controller.json"
 HEALTH_FILE = "sim-health.json"  # written by the running simulator, read by is_healthy
+# Written by each running simulator: its fabric's ports and the repair chances it was given
+# (``sim run --fix-chance``), so that commands from other processes can be checked.
+FABRIC_FILE_PREFIX = "sim-fabric-"
 LOCK_FILE = "sim-controller.lock"
 STATE_VERSION = 1
 # Rough field experience: a reseat fixes about half of bad links, a new optic or cable
@@ -88,6 +91,7 @@ class SimController:
             if not 0.0 <= chance <= 1.0:
                 raise ControllerError(f"fix chance of rung {rung!r} must be in 0..1")
         self.fix_chance = chances
+        self._given_chance = dict(fix_chance or {})
         self.seed = seed
         self._clock = clock
         self._cache: tuple[int, int, dict[str, Any]] | None = None  # (mtime_ns, size, state)
@@ -164,7 +168,51 @@ class SimController:
     # -- reading ---------------------------------------------------------------------------
 
     def chance(self, rung: str) -> float:
+        if rung in self._given_chance:
+            return self._given_chance[rung]
+        recorded = self.recorded_fabrics()[1]
+        if rung in recorded:
+            return recorded[rung]
         return self.fix_chance.get(rung, DEFAULT_UNKNOWN_RUNG_CHANCE)
+
+    def rungs(self) -> set[str]:
+        """The rung names with a configured chance (defaults, given, recorded)."""
+        return set(self.fix_chance) | set(self.recorded_fabrics()[1])
+
+    # -- the fabric the running simulators report --------------------------------------------
+
+    def record_fabric(self, name: str, ports: list[str],
+                      fix_chance: Mapping[str, float] | None = None) -> None:
+        """What a starting simulator tells other processes: its ports and repair chances."""
+        for rung, chance in (fix_chance or {}).items():
+            if not 0.0 <= chance <= 1.0:
+                raise ControllerError(f"fix chance of rung {rung!r} must be in 0..1")
+        safe = hashlib.sha256(name.encode()).hexdigest()[:16]
+        self._atomic_write(self.state_dir / f"{FABRIC_FILE_PREFIX}{safe}.json",
+                           orjson.dumps({"fabric": name, "ports": ports,
+                                         "fix_chance": dict(fix_chance or {})}))
+
+    def recorded_fabrics(self) -> tuple[set[str] | None, dict[str, float]]:
+        """Every recorded fabric's ports (None: no simulator has recorded one) and the
+        repair chances they were given."""
+        ports: set[str] | None = None
+        chances: dict[str, float] = {}
+        for path in sorted(self.state_dir.glob(f"{FABRIC_FILE_PREFIX}*.json")):
+            try:
+                data = orjson.loads(path.read_bytes())
+            except (OSError, orjson.JSONDecodeError):
+                continue
+            ports = (ports or set()) | set(data.get("ports", ()))
+            chances.update(data.get("fix_chance") or {})
+        return ports, chances
+
+    def check_port(self, device: str, port: int) -> str:
+        """The port's key, refused when a running simulator recorded a fabric without it."""
+        key = _key(device, port)
+        known = self.recorded_fabrics()[0]
+        if known is not None and key not in known:
+            raise ControllerError(f"{key} is not a cabled port of the simulated fabric")
+        return key
 
     def view(self) -> ControllerView:
         """The current state; re-reads the file only when it changed on disk."""

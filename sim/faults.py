@@ -131,8 +131,19 @@ class Fault:
                 object.__setattr__(self, name, value)
         if kind not in DEVICE_FAULTS and self.port is None:
             raise FaultError(f"{kind} needs a port: {kind}:DEVICE:PORT")
-        if self.count < 1 or self.at_ms < 0:
-            raise FaultError("count must be at least 1 and at not negative")
+        if self.count < 1:
+            raise FaultError(f"count must be at least 1, not {self.count}")
+        if self.at_ms < 0:
+            raise FaultError("at must not be negative")
+        for name in ("raw", "per_hour", "rate", "bounces", "share", "prio", "every_ms",
+                     "for_ms", "down_ms", "ramp_ms"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise FaultError(f"{name.removesuffix('_ms')} must not be negative, not {value}")
+        if self.share is not None and self.share > 1:
+            raise FaultError("share must be between 0 and 1")
+        if self.prio is not None and self.prio > 7:
+            raise FaultError("prio must be a priority 0-7")
         if self.count > 1 and not self.every_ms:
             raise FaultError(f"{kind}: count={self.count} needs every= (or within=)")
         if self.counter is not None and self.counter not in LEGACY_COUNTER_BITS:
@@ -230,6 +241,17 @@ class Fault:
                              "--transport roce)")
         if self.kind == "ecn_misconfig" and not hasattr(dev, "tier"):
             raise FaultError(f"{self.label}: ECN thresholds are set on a switch")
+        if self.kind in ("degraded_width", "degraded_speed"):
+            # a degradation trains the link below what it is cabled for, or it is no fault
+            link = fabric.require_link(self.device, self.port or 0)
+            if self.kind == "degraded_width" and WIDTH_RANK[self.width or ""] >= WIDTH_RANK.get(
+                    link.width.upper(), 0):
+                raise FaultError(f"{self.label}: width {self.width} is not below the link's "
+                                 f"{link.width.upper()}")
+            if self.kind == "degraded_speed" and SPEED_RANK[self.speed or ""] >= SPEED_RANK.get(
+                    link.speed.upper(), 0):
+                raise FaultError(f"{self.label}: speed {self.speed} is not below the link's "
+                                 f"{link.speed.upper()}")
         if self.kind == "hot_uplink":
             link = fabric.require_link(self.device, self.port or 0)
             if link.tier == "host":

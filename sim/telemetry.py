@@ -29,6 +29,7 @@ same inputs emits the same bytes. ``decode_messages`` turns the output into sche
 
 from __future__ import annotations
 
+import logging
 import math
 import random
 import time
@@ -66,6 +67,9 @@ NCCL_SIZE = 1024 * 1024 * 1024
 # xmit_wait ticks per second on a busy port, and on a polarized (hot) uplink.
 XMIT_WAIT_BUSY = 20_000.0
 XMIT_WAIT_HOT = 5_000_000.0
+
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -337,6 +341,7 @@ class Simulator:
                 self.inject(parse_spec(spec))
             except FaultError as exc:
                 self.rejected.append((spec, str(exc)))
+                log.warning("injected fault %s refused: %s", spec, exc)
 
     def inject(self, fault: Fault) -> Fault:
         """Add a fault while running; its ``at`` counts from now (the next step)."""

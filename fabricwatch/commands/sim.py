@@ -10,6 +10,7 @@ way the runbook's adapter does, and ``sim inject SPEC`` queues a fault, so a run
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
 import sys
 import time
@@ -109,14 +110,21 @@ _state = click.option("--state-dir", type=click.Path(file_okay=False, path_type=
 @click.option("--bootstrap", default=None, help="Kafka bootstrap [default: settings].")
 @click.option("--print", "to_stdout", is_flag=True,
               help="Write the messages as JSON lines to stdout instead of Kafka.")
+@click.option("--fix-chance", multiple=True, metavar="RUNG=P",
+              help="Chance (0..1) that a repair-ladder rung fixes a fault, e.g. "
+                   "clean-and-reseat=0.3; repeatable [default: per rung, see sim.controller].")
 def run_cmd(preset: str, interval: str, files: tuple[Path, ...], specs: tuple[str, ...],
             duration: str | None, speedup: float, seed: int, transport: str | None,
             fabric: str | None, start: str | None, probe_every: int, topology_every: int,
-            state_dir: Path | None, bootstrap: str | None, to_stdout: bool) -> None:
+            state_dir: Path | None, bootstrap: str | None, to_stdout: bool,
+            fix_chance: tuple[str, ...]) -> None:
     """Run the simulated fabric and publish its telemetry."""
     from sim.run import RunStats, WriterSink, run, run_to_kafka
     from sim.telemetry import Simulator
 
+    # faults injected into this run from other processes that it refuses are said here
+    logging.basicConfig(level=logging.WARNING, format="sim: %(message)s")
+    chances = _fix_chances(fix_chance)
     settings = load_settings()
     interval_s = _duration(interval, "--interval")
     if interval_s <= 0:
@@ -150,6 +158,8 @@ def run_cmd(preset: str, interval: str, files: tuple[Path, ...], specs: tuple[st
         fab = generate(params)
         check_all(faults, fab)
         controller = SimController(_state_dir(settings, state_dir), seed=seed)
+        controller.record_fabric(fab.fabric, [f"{p.device}:{p.port}" for p in fab.ports()],
+                                 chances)
         simulator = Simulator(fab, faults=faults, controller=controller, seed=seed,
                               start_ms=start_ms, interval_s=interval_s,
                               probe_every=probe_every, topology_every=topology_every)
@@ -228,6 +238,21 @@ def _controller(state_dir: Path | None) -> SimController:
     return SimController(_state_dir(load_settings(), state_dir))
 
 
+def _fix_chances(items: tuple[str, ...]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for item in items:
+        rung, sep, value = item.partition("=")
+        try:
+            chance = float(value)
+        except ValueError:
+            chance = -1.0
+        if not sep or not rung.strip() or not 0.0 <= chance <= 1.0:
+            raise click.BadParameter(f"{item!r} is not RUNG=P with P in 0..1",
+                                     param_hint="--fix-chance")
+        out[rung.strip()] = chance
+    return out
+
+
 def _port_command(name: str, doc: str) -> click.Command:
     @click.command(name, help=doc)
     @click.argument("device")
@@ -236,6 +261,7 @@ def _port_command(name: str, doc: str) -> click.Command:
     def command(device: str, port: int, state_dir: Path | None) -> None:
         ctl = _controller(state_dir)
         try:
+            ctl.check_port(device, port)
             if name == "isolate":
                 result: object = ctl.isolate(device, port)
             elif name == "unisolate":
@@ -263,8 +289,13 @@ for _name, _doc in (("isolate", "Isolate a port on the simulated fabric."),
 @_state
 def repair_cmd(device: str, port: int, rung: str, state_dir: Path | None) -> None:
     """Carry out one repair-ladder rung on a port; prints whether it fixed the fault."""
+    ctl = _controller(state_dir)
     try:
-        fixed = _controller(state_dir).repair_step(device, port, rung)
+        ctl.check_port(device, port)
+        if rung not in ctl.rungs():
+            raise ControllerError(f"unknown repair rung {rung!r}; expected one of "
+                                  f"{', '.join(sorted(ctl.rungs()))}")
+        fixed = ctl.repair_step(device, port, rung)
     except ControllerError as exc:
         raise click.UsageError(str(exc)) from None
     click.echo(orjson.dumps({"command": "repair", "device": device, "port": port,
@@ -278,8 +309,16 @@ def inject_cmd(spec: str, state_dir: Path | None) -> None:
     """Queue a fault for a running `sim run` on the same state folder (its at= counts from
     the simulator's next step)."""
     try:
-        parse_spec(spec)  # refuse a malformed spec here rather than in the running simulator
-        seq = _controller(state_dir).inject(spec)
+        fault = parse_spec(spec)  # refuse a bad spec here, not in the running simulator
+        ctl = _controller(state_dir)
+        known = ctl.recorded_fabrics()[0]
+        if known is not None and (
+                f"{fault.device}:{fault.port}" not in known if fault.port is not None
+                else not any(k.startswith(f"{fault.device}:") for k in known)):
+            raise ControllerError(f"{fault.device}" + (f":{fault.port}" if fault.port
+                                                       is not None else "")
+                                  + " is not in the simulated fabric")
+        seq = ctl.inject(spec)
     except (FaultError, ControllerError) as exc:
         raise click.UsageError(str(exc)) from None
     click.echo(orjson.dumps({"command": "inject", "spec": spec, "seq": seq}).decode())

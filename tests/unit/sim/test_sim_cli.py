@@ -85,3 +85,41 @@ def test_inject_reaches_a_running_simulator(tmp_path: Path) -> None:
     s.run_steps(1)
     assert s.rejected and "no-such-switch" in s.rejected[0][0]
     assert parse_spec(s.faults[-1].spec()).kind == "flap"
+
+
+def test_commands_are_checked_against_the_fabric_a_run_recorded(tmp_path: Path) -> None:
+    runner = CliRunner()
+    state = ["--state-dir", str(tmp_path)]
+    ran = runner.invoke(main, ["sim", "run", "--preset", "lab", "--print", "--duration", "10s",
+                               "--speedup", "0", "--fix-chance", "clean-and-reseat=1",
+                               *state])
+    assert ran.exit_code == 0, ran.output
+    for args in (["sim", "isolate", "nosuch", "3"], ["sim", "isolate", "leaf-su01-r1", "999"],
+                 ["sim", "reset-counters", "nosuch", "2"],
+                 ["sim", "repair", "leaf-su01-r1", "2", "bogus-rung"],
+                 ["sim", "inject", "flap:leaf-su09-r0:1"]):
+        result = runner.invoke(main, [*args, *state])
+        assert result.exit_code == 2, (args, result.output)
+    assert runner.invoke(main, ["sim", "isolate", "leaf-su01-r1", "2", *state]).exit_code == 0
+    fixed = runner.invoke(main, ["sim", "repair", "leaf-su01-r1", "2", "clean-and-reseat",
+                                 *state])
+    assert fixed.exit_code == 0 and orjson.loads(fixed.stdout)["fixed"] is True  # chance 1
+    assert runner.invoke(main, ["sim", "run", "--print", "--fix-chance", "swap-optic=2",
+                                *state]).exit_code == 2
+
+
+def test_faults_that_would_not_show_are_refused(tmp_path: Path) -> None:
+    fabric = generate("lab")
+    for spec in ("degraded_width:leaf-su01-r1:3,width=8X",
+                 "degraded_width:leaf-su01-r1:3,width=4X",
+                 "degraded_speed:leaf-su01-r1:3,speed=ndr",
+                 "ber:node0002/mlx5_1:1,raw=-1",
+                 "spine_reboot:spine-su01-s1,bounces=-1",
+                 "flap:leaf-su01-r1:1,count=0,every=60s"):
+        try:
+            parse_spec(spec).check(fabric)
+        except ValueError as exc:
+            assert str(exc) and "at not negative" not in str(exc)
+        else:
+            raise AssertionError(f"{spec} was accepted")
+    parse_spec("degraded_width:leaf-su01-r1:3,width=2X").check(fabric)
