@@ -87,13 +87,46 @@ SERIES: tuple[str, ...] = (
     "fabricwatch_runbook_dispatch_total", "fabricwatch_breaker_isolated_ports",
     "fabricwatch_breaker_limit", "fabricwatch_breaker_open", "fabricwatch_breaker_refused_total",
     "fabricwatch_breaker_open_detections_total",
+    "fabricwatch_collector_rounds_total", "fabricwatch_collector_published_total",
+    "fabricwatch_collector_failures_total", "fabricwatch_collector_round_seconds",
+    "fabricwatch_collector_last_round_timestamp_seconds",
 )
 STREAMS_SERIES = SERIES[:5] + ("fabricwatch_breaker_open_detections_total",)
 RUNBOOK_SERIES = SERIES[5:11]
+COLLECTOR_SERIES = SERIES[12:]
 
 # Temporal execution statuses as the visibility query language names them.
 RUNBOOK_STATUSES = ("Running", "Completed", "Failed", "Canceled", "Terminated", "TimedOut",
                     "ContinuedAsNew")
+
+
+# -- the fabric agent's collectors (poll ibdiags, tail opensm) ------------------------------
+
+COLLECTOR_ROUNDS = Counter("fabricwatch_collector_rounds",
+                           "Sampling rounds (poller) or log reads (follower), by collector.",
+                           ["collector"])
+COLLECTOR_PUBLISHED = Counter("fabricwatch_collector_published",
+                              "Devices sampled (poller) or port events published (follower).",
+                              ["collector"])
+COLLECTOR_FAILURES = Counter("fabricwatch_collector_failures",
+                             "Devices that failed a round (poller), traps left unresolved or "
+                             "port scans that failed (follower).", ["collector"])
+COLLECTOR_ROUND_SECONDS = Gauge("fabricwatch_collector_round_seconds",
+                                "How long the last sampling round took.", ["collector"])
+COLLECTOR_LAST_ROUND = Gauge("fabricwatch_collector_last_round_timestamp_seconds",
+                             "When the collector last completed a round or read its log.",
+                             ["collector"])
+
+
+def collector_round(collector: str, *, published: int, failed: int,
+                    elapsed_s: float | None = None) -> None:
+    """One round (or read) of a collector, for its metrics."""
+    COLLECTOR_ROUNDS.labels(collector).inc()
+    COLLECTOR_PUBLISHED.labels(collector).inc(published)
+    COLLECTOR_FAILURES.labels(collector).inc(failed)
+    if elapsed_s is not None:
+        COLLECTOR_ROUND_SECONDS.labels(collector).set(elapsed_s)
+    COLLECTOR_LAST_ROUND.labels(collector).set_to_current_time()
 
 
 def start_metrics_server(port: int, host: str = "0.0.0.0",  # noqa: S104 - scraped from other pods

@@ -25,6 +25,10 @@ from fabricwatch.settings import load_settings
 
 
 def _report(rep: PollReport) -> None:
+    from fabricwatch.metrics import collector_round
+
+    collector_round("ibdiags", published=len(rep.published), failed=len(rep.failed),
+                    elapsed_s=rep.elapsed_s)
     click.echo(json.dumps({"ts": rep.ts, "published": sorted(rep.published),
                            "failed": rep.failed, "elapsed_s": round(rep.elapsed_s, 3)}))
 
@@ -56,6 +60,10 @@ def ibdiags(every: float, discover_every: float, timeout: float, concurrency: in
             ca=check_arg(ca) if ca else None, ca_port=ca_port)
     except (LabError, ValueError) as exc:
         raise click.UsageError(str(exc)) from None
+    if settings.metrics_port is not None and not once:
+        from fabricwatch.metrics import start_metrics_server
+
+        start_metrics_server(settings.metrics_port)
     config = PollConfig(fabric=settings.fabric, sample_interval_s=every,
                         discover_interval_s=discover_every, timeout_s=timeout,
                         concurrency=concurrency)

@@ -15,6 +15,7 @@ import hashlib
 import logging
 import signal
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -55,6 +56,11 @@ def opensm(path: Path, tz: str, lab: bool, ca: str | None, ca_port: int | None, 
     digest = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:16]
     state = settings.state_dir / "tail" / f"opensm-{digest}.json"
 
+    if settings.metrics_port is not None:
+        from fabricwatch.metrics import start_metrics_server
+
+        start_metrics_server(settings.metrics_port)
+
     async def main() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -75,14 +81,28 @@ def opensm(path: Path, tz: str, lab: bool, ca: str | None, ca_port: int | None, 
             tailer = OpensmTail(follower, pub, fabric=settings.fabric, tz=tz, lids=lids,
                                 peers=lids.peers,
                                 scan=None if no_scan else PortScan(runner, settings.fabric))
+            metrics = asyncio.create_task(_export_stats(tailer.stats, stop))
             try:
                 await tailer.run(stop, poll_s=poll_s)
             finally:
+                metrics.cancel()
                 follower.close()
                 stop.set()
                 await asyncio.gather(topo, return_exceptions=True)
 
     asyncio.run(main())
+
+
+async def _export_stats(stats: Any, stop: asyncio.Event, every_s: float = 5.0) -> None:
+    """The follower's running totals as collector metrics, every few seconds."""
+    from fabricwatch.metrics import collector_round
+
+    seen = (0, 0)
+    while not stop.is_set():
+        await asyncio.sleep(every_s)
+        now = (stats.events, stats.unresolved + stats.scan_failures)
+        collector_round("opensm", published=now[0] - seen[0], failed=now[1] - seen[1])
+        seen = now
 
 
 COMMANDS: list[click.Command] = [tail]
