@@ -6,9 +6,7 @@ Exported API (pure, no Faust/Kafka/clock import):
   -> ``(FlapState, list[Detection])``; ``FlapState.to_json``/``from_json``.
 * ``streams.counters.logic.CountersDetector(policy, expectation=None).step(state, Counters)``
   -> ``(state, list[Detection], list[CounterDowns])``.
-* ``streams.degraded_link.logic.check_link(...)``, ``link_states(Topology, policy)`` ->
-  per-device ``LinkStates`` that ``CountersDetector.observe_links(state, links)`` judges in
-  the device's state (one degraded-link episode whether counters or a snapshot saw it).
+* ``streams.degraded_link.logic.check_link(...)``, ``step_topology(state, Topology, policy)``.
 * ``streams.probes.logic.step(state, Probe, policy, paths=None)``.
 * ``streams.breaker.logic.step(state, Detection | ActionRecord, policy, su=..., ports_in_su=...)``.
 * ``streams.engine.Engine(policy, Context(...)).feed(event) -> list[Detection]``: all of the

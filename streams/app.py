@@ -113,10 +113,6 @@ class StreamsApp:
         self.dlq = topic(registry.DLQ.name)
         self.counter_downs = topic(f"{app_id}.counter-downs", n_port, internal=True)
         self.breaker = topic(f"{app_id}.breaker", 1, internal=True)
-        # A topology snapshot's link ends per device, keyed by device like fabric.counters:
-        # the counters agent judges them in the device's state (one degraded episode).
-        self.n_counters = partitions_of(settings, registry.COUNTERS)
-        self.link_states = topic(f"{app_id}.link-states", self.n_counters, internal=True)
 
         def table(name: str, partitions: int) -> Any:
             # bytes types make Faust pick the raw codec for the store and the changelog:
@@ -125,8 +121,9 @@ class StreamsApp:
                                   value_type=bytes)
 
         self.flap_table = table("flap", n_port)
-        self.counters_table = table("counters", self.n_counters)
+        self.counters_table = table("counters", partitions_of(settings, registry.COUNTERS))
         self.probes_table = table("probes", partitions_of(settings, registry.PROBES))
+        self.topology_table = table("topology", partitions_of(settings, registry.TOPOLOGY))
         self.breaker_table = table("breaker", 1)
         self.sink: LedgerSink | None = LedgerSink(self._open_ledger) if ledger else None
         self.stats: dict[str, float] = {"events": 0, "samples": 0, "detections": 0,
@@ -146,8 +143,7 @@ class StreamsApp:
         )
 
         wanted = {self.counter_downs.get_topic_name(): self.n_port,
-                  self.breaker.get_topic_name(): 1,
-                  self.link_states.get_topic_name(): self.n_counters}
+                  self.breaker.get_topic_name(): 1}
         for t in registry.ALL_TOPICS:
             wanted[t.name] = partitions_of(self.settings, t)
         # Changelogs too: Faust declares them concurrently with the first table writes,

@@ -16,7 +16,7 @@ from schemas.policy import Policy
 from streams.breaker import logic as breaker
 from streams.common import state_key
 from streams.counters.logic import CountersDetector
-from streams.degraded_link.logic import Expectation, LinkStates, link_states
+from streams.degraded_link.logic import Expectation, step_topology
 from streams.flap.logic import CounterDowns, FlapState
 from streams.flap.logic import step as flap_step
 from streams.probes import logic as probes
@@ -68,6 +68,7 @@ class Engine:
         self.flap: dict[str, FlapState] = {}
         self.devices: dict[str, Any] = {}
         self.rails: dict[str, Any] = {}
+        self.fabrics: dict[str, Any] = {}
         self.sus: dict[str, Any] = {}
 
     def feed(self, event: Event | CounterDowns) -> list[Detection]:
@@ -85,11 +86,9 @@ class Engine:
             self.rails[key], dets, _, _ = self.apply_probe(self.rails.get(key), event)
             out += dets
         elif isinstance(event, Topology):
-            # the worker sends these through an internal topic keyed by device
-            for links in self.topology_links(event):
-                dkey = state_key(links.fabric, links.device)
-                self.devices[dkey], dets, _, _ = self.apply_links(self.devices.get(dkey), links)
-                out += dets
+            self.fabrics[event.fabric], dets, _, _ = self.apply_topology(
+                self.fabrics.get(event.fabric), event)
+            out += dets
         elif isinstance(event, Detection | ActionRecord):
             return self.feed_breaker(event)
         for det in list(out):
@@ -123,16 +122,12 @@ class Engine:
             return new, dets, []
         return once(value, event.id, run)
 
-    def topology_links(self, event: Topology) -> list[LinkStates]:
-        """A snapshot's link ends per device, for ``apply_links`` in the device's state."""
-        return link_states(event, self.policy, self.context.expectation)
-
-    def apply_links(self, value: dict[str, Any] | None, links: LinkStates
-                    ) -> tuple[dict[str, Any], list[Detection], list[CounterDowns], bool]:
+    def apply_topology(self, value: dict[str, Any] | None, event: Topology
+                       ) -> tuple[dict[str, Any], list[Detection], list[CounterDowns], bool]:
         def run(st: Any) -> tuple[Any, list[Detection], list[CounterDowns]]:
-            new, dets = self.counters.observe_links(st, links)
+            new, dets = step_topology(st, event, self.policy, self.context.expectation)
             return new, dets, []
-        return once(value, links.id, run)
+        return once(value, event.id, run)
 
     def apply_flap(self, value: FlapState | None, event: PortEvent | CounterDowns
                    ) -> tuple[FlapState, list[Detection]]:

@@ -2,9 +2,7 @@
 
 The per-message work is one decode, one table read and write of the device's compact state,
 and the detector's few comparisons per healthy sample. ``link_downed`` increases go on, keyed
-by port, to the internal counter-downs topic for the flap agent. The same agent judges the
-link ends of topology snapshots (the internal link-states topic, keyed by device) in the
-device's state, so degraded links have one episode whichever source saw them.
+by port, to the internal counter-downs topic for the flap agent.
 """
 
 from __future__ import annotations
@@ -15,10 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from schemas import ContractError, Counters
+from schemas import Counters
 from schemas import topics as registry
 from streams.common import state_key
-from streams.degraded_link.logic import LinkStates
 
 if TYPE_CHECKING:
     from streams.app import StreamsApp
@@ -42,46 +39,21 @@ def register(sa: StreamsApp) -> None:
 
     sa.app.on_partitions_revoked.connect(on_revoked)
 
-    # fabric.counters and the snapshot link ends the degraded agent re-keyed by device
-    channel = sa.app.topic(registry.COUNTERS.name, sa.link_states.get_topic_name(),
-                           key_type=bytes, value_type=bytes, key_serializer="raw",
-                           value_serializer="raw")
-
-    def load(key: bytes) -> dict[str, Any] | None:
-        """The device's state: this worker's cached copy, else the table's."""
-        value = cache.get(key)
-        if value is None:
-            stored = table.get(key)
-            value = orjson.loads(stored) if stored else None
-        return value
-
-    async def observe(raw: bytes, message: Any) -> None:
-        try:
-            links = LinkStates.from_wire(orjson.loads(raw))
-        except (ValueError, KeyError, TypeError) as exc:
-            await sa.dead_letter(raw, ContractError(f"bad link_states: {exc}"), message)
-            return
-        key = state_key(links.fabric, links.device).encode()
-        value, detections, _, redelivered = sa.engine.apply_links(load(key), links)
-        cache[key] = value
-        if not redelivered and (value["s"].pop("dirty", True) or detections):
-            table[key] = orjson.dumps(value)
-        await sa.publish(detections)
-
-    @sa.app.agent(channel, name="counters")
+    @sa.app.agent(sa.counters, name="counters")
     async def counters(stream: Any) -> None:
         async for event in stream.events():
             raw = event.value if isinstance(event.value, bytes) else b""
             t_start = time.perf_counter()
             try:
-                if event.message.topic != registry.COUNTERS.name:
-                    await observe(raw, event.message)
-                    continue
                 msg = await sa.decode(event, registry.COUNTERS)
                 if not isinstance(msg, Counters):
                     continue
                 key = state_key(msg.fabric, msg.device).encode()
-                value, detections, downs, redelivered = sa.engine.apply_counters(load(key), msg)
+                value = cache.get(key)
+                if value is None:
+                    stored = table.get(key)
+                    value = orjson.loads(stored) if stored else None
+                value, detections, downs, redelivered = sa.engine.apply_counters(value, msg)
                 cache[key] = value
                 state = value["s"]
                 if not redelivered and (state.pop("dirty", True) or detections or downs

@@ -48,7 +48,7 @@ from typing import Any
 from schemas import LEGACY_COUNTER_BITS, Counters, Detection, DetectionKind, PortSample
 from schemas.policy import SPEED_RANK, WIDTH_RANK, Policy
 from streams.common import episode_id, make_detection
-from streams.degraded_link.logic import Expectation, LinkStates, check_link
+from streams.degraded_link.logic import Expectation, check_link
 from streams.flap.logic import CounterDowns
 
 # Counters whose deltas the detector follows, in the order of the state's ``last`` list.
@@ -76,7 +76,7 @@ MINUTE_MS = 60_000
 #     "b": {field index: [[minute, count], ...]}   non-zero error deltas
 #     "z": {field index: [decayed count, at ts]}   baseline
 #     "o": {condition: episode id}                 open episodes
-#     "r": resets seen, "w"/"s"/"lt": last width/speed and when, "m": media
+#     "r": resets seen, "w"/"s": last width/speed, "m": media
 PortState = list[Any]
 DeviceState = dict[str, Any]
 
@@ -138,9 +138,8 @@ class CountersDetector:
             extra = sample.__pydantic_extra__
             values = [fields[f] for f in _MODEL_TRACKED]
             values.append(extra.get("pfc_pause_duration_us") if extra else None)
-            if ps is None or ps[0] == 0:
-                # (ts 0: only a topology snapshot has judged this port's link so far)
-                ports[key] = ps = [ts, values, ps[2] if ps is not None else None]
+            if ps is None:
+                ports[key] = ps = [ts, values, None]
                 self._dirty = True
                 prev_ts = None
                 deltas: list[int] | None = None
@@ -216,20 +215,14 @@ class CountersDetector:
               kind: DetectionKind, action: str, evidence: dict[str, Any],
               detections: list[Detection]) -> None:
         """Open the episode ``cond`` unless it is open; fire its one detection."""
-        self._open_at(ps, cond, event.fabric, event.device, sample.port, event.ts, kind,
-                      action, evidence, detections)
-
-    def _open_at(self, ps: PortState, cond: str, fabric: str, device: str, port: int, ts: int,
-                 kind: DetectionKind, action: str, evidence: dict[str, Any],
-                 detections: list[Detection]) -> None:
         if self._is_open(ps, cond):
             return
         opened = self._ext(ps).setdefault("o", {})
-        eid = episode_id(kind, device, port, ts, cond)
+        eid = episode_id(kind, event.device, sample.port, event.ts, cond)
         opened[cond] = eid
         detections.append(make_detection(
-            kind=kind, fabric=fabric, device=device, port=port, ts=ts, action=action,
-            episode=eid, evidence=evidence))
+            kind=kind, fabric=event.fabric, device=event.device, port=sample.port,
+            ts=event.ts, action=action, episode=eid, evidence=evidence))
 
     def _close(self, ps: PortState, cond: str) -> None:
         ext = ps[2]
@@ -392,62 +385,22 @@ class CountersDetector:
 
     def _degraded(self, ps: PortState, event: Counters, sample: PortSample,
                   detections: list[Detection]) -> None:
-        self._judge_link(ps, event.fabric, event.device, sample.port, event.ts, sample.width,
-                         sample.speed, detections)
-
-    def _judge_link(self, ps: PortState, fabric: str, device: str, port: int, ts: int,
-                    width: str | None, speed: str | None, detections: list[Detection], *,
-                    source: str = "counters", fabric_wide: str | None = None) -> None:
         ext = ps[2]
-        if ext is not None:
-            if ts < ext.get("lt", 0):
-                return  # older than what was last judged (a snapshot behind the samples)
-            if ext.get("w") == width and ext.get("s") == speed:
-                # unchanged (by either source). The time is not worth a state write: restored
-                # older, it only lets a snapshot older than the samples be judged again.
-                ext["lt"] = ts
-                return
+        width, speed = sample.width, sample.speed
+        if ext is not None and ext.get("w") == width and ext.get("s") == speed:
+            return  # unchanged since it was last judged
         if (ext is None and width == self.degraded.expect_width
                 and speed == self.degraded.expect_speed and self.expectation is None):
             return  # exactly the policy's expectation, nothing to keep
         ext = self._ext(ps)
-        ext["w"], ext["s"], ext["lt"] = width, speed, ts
-        expect = self.expectation(device, port) if self.expectation else None
+        ext["w"], ext["s"] = width, speed
+        expect = self.expectation(event.device, sample.port) if self.expectation else None
         verdict = check_link(width, speed, expect, self.degraded)
         if verdict is not None:
-            evidence = {**verdict, "source": source}
-            if fabric_wide:
-                evidence["fabric_wide"] = fabric_wide
-            self._open_at(ps, "degraded", fabric, device, port, ts,
-                          DetectionKind.DEGRADED_LINK,
-                          "ticket" if fabric_wide else self.degraded.action, evidence,
-                          detections)
+            self._open(ps, "degraded", event, sample, DetectionKind.DEGRADED_LINK,
+                       self.degraded.action, verdict, detections)
         else:
             self._close(ps, "degraded")
-
-    def observe_links(self, state: DeviceState | None, links: LinkStates
-                      ) -> tuple[DeviceState, list[Detection]]:
-        """Judge how a topology snapshot saw this device's links, in the same per-port
-        episode state as its counter samples (a link both sources see degraded fires once).
-        A port with no sample yet gets a state at time 0 that its first sample replaces."""
-        if state is None:
-            state = new_state()
-        self._dirty = False
-        ports: dict[str, PortState] = state["ports"]
-        detections: list[Detection] = []
-        for port, width, speed in links.ports:
-            key = str(port)
-            ps = ports.get(key)
-            if ps is None:
-                if (width == self.degraded.expect_width and speed == self.degraded.expect_speed
-                        and self.expectation is None):
-                    continue  # at the policy's expectation: no state to keep
-                ports[key] = ps = [0, [None] * len(TRACKED), None]
-                self._dirty = True
-            self._judge_link(ps, links.fabric, links.device, port, links.ts, width, speed,
-                             detections, source="topology", fabric_wide=links.fabric_wide)
-        state["dirty"] = self._dirty or bool(detections)
-        return state, detections
 
 
 def known_rank(width: str | None, speed: str | None) -> bool:

@@ -1,10 +1,7 @@
-"""Topology agent for degraded links: a snapshot's link ends, per device, to the counters agent.
+"""Topology agent for degraded links: every link end of a snapshot against plan and policy.
 
-The verdicts are the counters detector's (``CountersDetector.observe_links``), in the
-device's own state, so a link that counters and a snapshot both show degraded fires once
-per episode. This agent only splits the snapshot by device and re-keys it (the internal
-``link-states`` topic has the partitions of ``fabric.counters``). (The plan-versus-discovered
-diff of ``streams.topology`` is its own area.)
+(The plan-versus-discovered diff of ``streams.topology`` is its own area; this agent only
+judges how each discovered link trained.)
 """
 
 from __future__ import annotations
@@ -21,6 +18,8 @@ if TYPE_CHECKING:
 
 
 def register(sa: StreamsApp) -> None:
+    table = sa.topology_table
+
     @sa.app.agent(sa.topology, name="degraded-topology")
     async def degraded_topology(stream: Any) -> None:
         async for event in stream.events():
@@ -29,9 +28,12 @@ def register(sa: StreamsApp) -> None:
                 msg = await sa.decode(event, registry.TOPOLOGY)
                 if not isinstance(msg, Topology):
                     continue
-                for links in sa.engine.topology_links(msg):
-                    await sa.link_states.send(key=links.device.encode(),
-                                              value=orjson.dumps(links.to_wire()))
+                key = msg.fabric.encode()
+                stored = table.get(key)
+                value, detections, _, _ = sa.engine.apply_topology(
+                    orjson.loads(stored) if stored else None, msg)
+                table[key] = orjson.dumps(value)
                 sa.stats["events"] += 1
+                await sa.publish(detections)
             except Exception as exc:  # never die on a message
                 await sa.failed(raw, exc, event.message)
