@@ -120,7 +120,6 @@ StrictFloat = Annotated[float, Field(strict=True)]
 NonNegFloat = Annotated[float, Field(ge=0, strict=True)]
 
 
-
 class Envelope(BaseModel):
     """Fields every contract message carries."""
 
