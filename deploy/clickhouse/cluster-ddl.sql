@@ -636,3 +636,19 @@ LEFT JOIN
     FROM counter_last_local FINAL
 ) AS l ON b.fabric = l.fabric AND b.device = l.device AND b.port = l.port
 WHERE b.ts > l.ts;
+
+-- migration 006_port_state_unisolate
+DROP VIEW IF EXISTS mv_port_state_actions ON CLUSTER '{cluster}' SYNC;
+
+CREATE MATERIALIZED VIEW IF NOT EXISTS mv_port_state_actions ON CLUSTER '{cluster}' TO port_state_local AS
+SELECT fabric, device, port,
+       argMaxStateIf(toUInt8(step = 'isolate'), ts,
+                     outcome = 'done' AND dry_run = 0
+                     AND step IN ('isolate', 'return', 'unisolate')) AS isolated,
+       maxIf(ts, outcome = 'done' AND dry_run = 0 AND step = 'isolate') AS isolated_since,
+       maxIf(ts, outcome = 'done' AND dry_run = 0) AS last_action_ts,
+       argMaxStateIf(toString(step), ts, outcome = 'done' AND dry_run = 0) AS last_action,
+       argMaxStateIf(JSONExtractString(ifNull(after, '{}'), 'optic_serial'), ts,
+                     JSONExtractString(ifNull(after, '{}'), 'optic_serial') != '') AS optic_serial
+FROM actions_local
+GROUP BY fabric, device, port;

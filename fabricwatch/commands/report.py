@@ -34,7 +34,11 @@ def report_command(since: str, out: Path) -> None:
         report = build_report(ledger, since_ms=now_ms - int(seconds * 1000), until_ms=now_ms,
                               temporal_ui=f"http://{t.host}:{t.ui_port}/namespaces/"
                                           f"{t.namespace}/workflows")
-    out.write_text(render_html(report), encoding="utf-8")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(render_html(report), encoding="utf-8")
+    except OSError as exc:
+        raise click.ClickException(f"cannot write {out}: {exc.strerror or exc}") from None
     console = Console()
     print_summary(report, console)
     console.print(f"report: {out}")

@@ -195,6 +195,7 @@ def step_done_command(ident: str, step: str, note: str | None, actor: str | None
 
     async def go() -> None:
         from temporalio.client import WorkflowUpdateFailedError
+        from temporalio.service import RPCError
 
         from workflows.remediation.models import StepDone
         from workflows.remediation.workflows import PortRemediation
@@ -206,6 +207,8 @@ def step_done_command(ident: str, step: str, note: str | None, actor: str | None
                                                  note=note))
         except WorkflowUpdateFailedError as exc:
             raise _fail(f"{wf_id}: {exc.cause or exc}") from None
+        except RPCError as exc:  # e.g. the runbook has finished: no step awaits anything
+            raise _fail(f"{wf_id}: {exc.message}") from None
 
     _run(go())
     click.echo(f"{wf_id}: {step} done")
@@ -223,18 +226,24 @@ def _signal_command(name: str, help_text: str) -> click.Command:
         who = actor or _default_actor()
 
         async def go() -> None:
+            from temporalio.service import RPCError
+
             from workflows.remediation.models import AbortRequest, Approval
             from workflows.remediation.workflows import PortRemediation
 
             handle = await _handle(settings, wf_id)
             st = await handle.query(PortRemediation.status)
-            if name == "approve":
-                if st.waiting_for != "approve":
-                    raise _fail(f"{wf_id} is not waiting for an approval (state {st.state}, "
-                                f"step {st.step})")
-                await handle.signal(PortRemediation.approve, Approval(actor=who, note=note))
-            else:
-                await handle.signal(PortRemediation.abort, AbortRequest(actor=who, reason=note))
+            try:
+                if name == "approve":
+                    if st.waiting_for != "approve":
+                        raise _fail(f"{wf_id} is not waiting for an approval (state "
+                                    f"{st.state}, step {st.step})")
+                    await handle.signal(PortRemediation.approve, Approval(actor=who, note=note))
+                else:
+                    await handle.signal(PortRemediation.abort,
+                                        AbortRequest(actor=who, reason=note))
+            except RPCError as exc:  # e.g. the runbook has finished (state {st.state})
+                raise _fail(f"{wf_id}: {exc.message} (state {st.state})") from None
 
         _run(go())
         click.echo(f"{wf_id}: {name} sent by {who}")

@@ -40,7 +40,11 @@ class RunbookRow(BaseModel):
 
     @property
     def decision(self) -> str:
-        """Where the runbook stands: returned, escalated, aborted, refused (breaker), or open."""
+        """Where the runbook stands: returned, escalated, aborted, refused (breaker), or open.
+        A shadow-mode runbook (its actions are dry runs) changed nothing, whatever it
+        would have done: it is reported as such."""
+        if any(outcome == "dry_run" for _, _, outcome in self.steps):
+            return "shadow mode (changed nothing)"
         for _, step, outcome in reversed(self.steps):
             if step == "return" and outcome in ("done", "dry_run"):
                 return "returned to service"

@@ -160,6 +160,11 @@ async def test_cli_drives_a_runbook_and_records_who(wf_env: WorkflowEnvironment,
         ok = await run("runbook", "step-done", wid(inp), "swap-optic", "--actor", "tech-gus")
         assert ok.returncode == 0, ok.stderr
         result = await asyncio.wait_for(handle.result(), 60)
+        # a finished runbook: a clear error and exit 2, not a traceback
+        for args in (("step-done", wid(inp), "swap-cable"), ("abort", wid(inp))):
+            late = await run("runbook", *args)
+            assert late.returncode == 2 and "Traceback" not in late.stderr, late.stderr
+            assert "completed" in late.stderr, late.stderr
     assert result.outcome == "returned_to_service" and result.fixed_by == "swap-optic"
     ladder = {a.step: a.actor for a in sink.actions() if a.step.startswith("ladder:")}
     assert ladder == {"ladder:clean-and-reseat": "tech-fay", "ladder:swap-optic": "tech-gus"}
