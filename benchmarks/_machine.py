@@ -40,6 +40,19 @@ def machine_facts() -> dict[str, Any]:
     }
 
 
+def command_line() -> str:
+    """How this benchmark was invoked, as the result records it."""
+    return " ".join(["python", f"benchmarks/{Path(sys.argv[0]).name}", *sys.argv[1:]])
+
+
+def save_and_print(scenario: str, figures: dict[str, Any]) -> Path:
+    """Write the result with the command that made it, and show it."""
+    path = write_result(scenario, figures, command_line())
+    print(orjson.dumps(figures, option=orjson.OPT_INDENT_2).decode())  # noqa: T201
+    print(f"wrote {path}")  # noqa: T201
+    return path
+
+
 def write_result(scenario: str, figures: dict[str, Any], command: str) -> Path:
     """Write ``benchmarks/results/<scenario>.json`` under the stable keys."""
     RESULTS.mkdir(parents=True, exist_ok=True)

@@ -38,13 +38,11 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import resources as res  # noqa: E402
 from benchmarks import streams_bench as sb  # noqa: E402
-from benchmarks._machine import write_result  # noqa: E402
+from benchmarks._machine import save_and_print  # noqa: E402
 from fabricwatch.procs import ChildProcess  # noqa: E402
 
 LIBS = Path(__file__).resolve().parent.parent / "deploy" / "kafka" / "libs"
@@ -188,10 +186,7 @@ def main() -> None:
         state = Path(tmp)
         with sb.broker(args.bootstrap, state) as bootstrap:
             figures = asyncio.run(run(args, state, bootstrap))
-    command = "python benchmarks/kafka_floor.py " + " ".join(sys.argv[1:])
-    path = write_result("kafka_floor", figures, command.strip())
-    print(orjson.dumps(figures, option=orjson.OPT_INDENT_2).decode())
-    print(f"wrote {path}")
+    save_and_print("kafka_floor", figures)
 
 
 if __name__ == "__main__":

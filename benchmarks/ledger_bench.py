@@ -29,7 +29,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks._machine import write_result  # noqa: E402
+from benchmarks._machine import command_line, write_result  # noqa: E402
 from ledger.embedded import EmbeddedLedger  # noqa: E402
 from ledger.queries import cookbook, params_for  # noqa: E402
 from schemas import COUNTER_FIELDS, Counters, PortSample  # noqa: E402
@@ -299,8 +299,7 @@ def main() -> None:
         "loadavg_before": [round(x, 2) for x in load_before],
         "loadavg_after": [round(x, 2) for x in os.getloadavg()],
     }
-    command = "python benchmarks/ledger_bench.py " + " ".join(sys.argv[1:])
-    print(f"wrote {write_result('ledger', figures, command.strip())}")
+    print(f"wrote {write_result('ledger', figures, command_line())}")
 
 
 if __name__ == "__main__":

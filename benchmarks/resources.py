@@ -40,13 +40,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-import orjson
 import psutil  # type: ignore[import-untyped]
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import streams_bench as sb  # noqa: E402
-from benchmarks._machine import write_result  # noqa: E402
+from benchmarks._machine import save_and_print  # noqa: E402
 from fabricwatch.procs import ChildProcess  # noqa: E402
 
 PY_SPY = Path(sys.executable).parent / "py-spy"
@@ -286,10 +285,7 @@ def main() -> None:
         raise SystemExit("the broker needs java")
     with tempfile.TemporaryDirectory(prefix="fw-resources-") as tmp:
         figures = run(args, Path(tmp))
-    command = "python benchmarks/resources.py " + " ".join(sys.argv[1:])
-    path = write_result("resources", figures, command.strip())
-    print(orjson.dumps(figures, option=orjson.OPT_INDENT_2).decode())
-    print(f"wrote {path}")
+    save_and_print("resources", figures)
 
 
 if __name__ == "__main__":

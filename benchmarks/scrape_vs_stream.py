@@ -60,7 +60,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks._machine import RESULTS, write_result  # noqa: E402
+from benchmarks._machine import RESULTS, save_and_print  # noqa: E402
 from schemas import PortEvent  # noqa: E402
 from schemas.policy import Policy  # noqa: E402
 from streams.flap.logic import CounterDowns, FlapState  # noqa: E402
@@ -286,10 +286,7 @@ def main() -> None:
     t = time.perf_counter()
     figures = run(args)
     figures["compute_s"] = round(time.perf_counter() - t, 1)
-    command = "python benchmarks/scrape_vs_stream.py " + " ".join(sys.argv[1:])
-    path = write_result("scrape_vs_stream", figures, command.strip())
-    print(orjson.dumps(figures, option=orjson.OPT_INDENT_2).decode())
-    print(f"wrote {path}")
+    save_and_print("scrape_vs_stream", figures)
 
 
 if __name__ == "__main__":

@@ -42,7 +42,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks._machine import write_result  # noqa: E402
+from benchmarks._machine import save_and_print  # noqa: E402
 from schemas import ContractError, PortEvent, decode  # noqa: E402
 
 PORTS_PER_DEVICE = 64
@@ -368,10 +368,7 @@ def main() -> None:
         state = Path(tmp)
         with broker(args.bootstrap, state) as bootstrap:
             figures = asyncio.run(run(args, state, bootstrap))
-    command = "python benchmarks/streams_bench.py " + " ".join(sys.argv[1:])
-    path = write_result(args.scenario, figures, command.strip())
-    print(orjson.dumps(figures, option=orjson.OPT_INDENT_2).decode())
-    print(f"wrote {path}")
+    save_and_print(args.scenario, figures)
 
 
 if __name__ == "__main__":
