@@ -76,6 +76,14 @@ def _empty() -> dict[str, Any]:
             "resets": {}, "repairs": {}, "repaired": {}, "faults": []}
 
 
+def _checked_chances(chances: Mapping[str, float] | None) -> dict[str, float]:
+    """Repair chances per rung, each in 0..1."""
+    for rung, chance in (chances or {}).items():
+        if not 0.0 <= chance <= 1.0:
+            raise ControllerError(f"fix chance of rung {rung!r} must be in 0..1")
+    return dict(chances or {})
+
+
 class SimController:
     """Isolate / un-isolate / reset counters / repair steps on the simulated fabric."""
 
@@ -86,10 +94,7 @@ class SimController:
         self.path = self.state_dir / STATE_FILE
         self._lock_path = self.state_dir / LOCK_FILE
         chances = dict(DEFAULT_FIX_CHANCE)
-        chances.update(fix_chance or {})
-        for rung, chance in chances.items():
-            if not 0.0 <= chance <= 1.0:
-                raise ControllerError(f"fix chance of rung {rung!r} must be in 0..1")
+        chances.update(_checked_chances(fix_chance))
         self.fix_chance = chances
         self._given_chance = dict(fix_chance or {})
         self.seed = seed
@@ -184,13 +189,11 @@ class SimController:
     def record_fabric(self, name: str, ports: list[str],
                       fix_chance: Mapping[str, float] | None = None) -> None:
         """What a starting simulator tells other processes: its ports and repair chances."""
-        for rung, chance in (fix_chance or {}).items():
-            if not 0.0 <= chance <= 1.0:
-                raise ControllerError(f"fix chance of rung {rung!r} must be in 0..1")
+        chances = _checked_chances(fix_chance)
         safe = hashlib.sha256(name.encode()).hexdigest()[:16]
         self._atomic_write(self.state_dir / f"{FABRIC_FILE_PREFIX}{safe}.json",
                            orjson.dumps({"fabric": name, "ports": ports,
-                                         "fix_chance": dict(fix_chance or {})}))
+                                         "fix_chance": chances}))
 
     def recorded_fabrics(self) -> tuple[set[str] | None, dict[str, float]]:
         """Every recorded fabric's ports (None: no simulator has recorded one) and the
@@ -206,13 +209,18 @@ class SimController:
             chances.update(data.get("fix_chance") or {})
         return ports, chances
 
-    def check_port(self, device: str, port: int) -> str:
-        """The port's key, refused when a running simulator recorded a fabric without it."""
-        key = _key(device, port)
+    def check_port(self, device: str, port: int | None) -> None:
+        """Refuse a port (or, with ``port`` None, a device) that a running simulator's
+        recorded fabric does not have; with no fabric recorded, accept it."""
         known = self.recorded_fabrics()[0]
-        if known is not None and key not in known:
-            raise ControllerError(f"{key} is not a cabled port of the simulated fabric")
-        return key
+        if known is None:
+            return
+        if port is not None:
+            key = _key(device, port)
+            if key not in known:
+                raise ControllerError(f"{key} is not a cabled port of the simulated fabric")
+        elif not any(k.startswith(f"{device}:") for k in known):
+            raise ControllerError(f"{device} is not a device of the simulated fabric")
 
     def view(self) -> ControllerView:
         """The current state; re-reads the file only when it changed on disk."""

@@ -311,13 +311,7 @@ def inject_cmd(spec: str, state_dir: Path | None) -> None:
     try:
         fault = parse_spec(spec)  # refuse a bad spec here, not in the running simulator
         ctl = _controller(state_dir)
-        known = ctl.recorded_fabrics()[0]
-        if known is not None and (
-                f"{fault.device}:{fault.port}" not in known if fault.port is not None
-                else not any(k.startswith(f"{fault.device}:") for k in known)):
-            raise ControllerError(f"{fault.device}" + (f":{fault.port}" if fault.port
-                                                       is not None else "")
-                                  + " is not in the simulated fabric")
+        ctl.check_port(fault.device, fault.port)
         seq = ctl.inject(spec)
     except (FaultError, ControllerError) as exc:
         raise click.UsageError(str(exc)) from None
