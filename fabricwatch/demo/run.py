@@ -448,7 +448,7 @@ async def _ledger_drained(bootstrap: str, *, timeout_s: float) -> int:
     from aiokafka import AIOKafkaConsumer, TopicPartition  # type: ignore[import-untyped]
     from aiokafka.admin import AIOKafkaAdminClient  # type: ignore[import-untyped]
 
-    from fabricwatch.demo.watch import committed_offsets, lag_of
+    from fabricwatch.demo.watch import committed_offsets, lag_of, topic_partitions
     from ledger.ingest import GROUP_ID, INGEST_TOPICS
 
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
@@ -458,9 +458,8 @@ async def _ledger_drained(bootstrap: str, *, timeout_s: float) -> int:
     lag = -1
     try:
         deadline = time.monotonic() + timeout_s
-        await consumer.topics()  # fetches the cluster metadata partitions_for_topic reads
         partitions = [TopicPartition(t.name, p) for t in INGEST_TOPICS
-                      for p in (consumer.partitions_for_topic(t.name) or set())]
+                      for p in sorted(await topic_partitions(consumer, t.name))]
         while time.monotonic() < deadline:
             ends = await consumer.end_offsets(partitions)
             lag = lag_of(ends, await committed_offsets(admin, GROUP_ID))

@@ -35,7 +35,7 @@ async def watch_topics(state: LiveState, bootstrap: str, topics: Sequence[str],
         while True:
             partitions = []
             for topic in topics:
-                for p in consumer.partitions_for_topic(topic) or await _partitions(consumer, topic):
+                for p in await topic_partitions(consumer, topic):
                     partitions.append(TopicPartition(topic, p))
             ends = await consumer.end_offsets(partitions) if partitions else {}
             committed: dict[TopicPartition, int] = {}
@@ -75,7 +75,12 @@ def lag_of(ends: Mapping[TopicPartition, int], committed: Mapping[TopicPartition
     return sum(max(0, end - committed.get(tp, 0)) for tp, end in ends.items())
 
 
-async def _partitions(consumer: AIOKafkaConsumer, topic: str) -> set[int]:
+async def topic_partitions(consumer: AIOKafkaConsumer, topic: str) -> set[int]:
+    """The topic's partitions, refreshing the metadata when the consumer has none for it yet
+    (a consumer subscribed to nothing knows no topic's partitions)."""
+    known = consumer.partitions_for_topic(topic)
+    if known:
+        return set(known)
     with contextlib.suppress(Exception):
         await consumer._client.force_metadata_update()  # noqa: SLF001 - aiokafka has no public refresh
     return consumer.partitions_for_topic(topic) or set()
