@@ -32,7 +32,7 @@ from collectors.lidmap import LidMap  # noqa: E402
 from schemas import encode  # noqa: E402
 from sim.topology import generate  # noqa: E402
 
-FIXTURES = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures"
 
 
 def best(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:

@@ -42,7 +42,8 @@ from typing import Any
 
 import psutil  # type: ignore[import-untyped]
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
 
 from benchmarks import streams_bench as sb  # noqa: E402
 from benchmarks._machine import save_and_print  # noqa: E402
@@ -138,7 +139,7 @@ def top_frames(raw: Path, n: int = 12) -> dict[str, Any]:
 
 
 def _short(path: str) -> str:
-    for marker in ("site-packages/", "/work/main/", "python3.11/"):
+    for marker in ("site-packages/", f"{REPO}/", "python3.11/"):
         if marker in path:
             return path.split(marker, 1)[1]
     return path

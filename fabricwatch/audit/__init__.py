@@ -46,8 +46,8 @@ class AuditRequest:
     k8s: tuple[Path, ...] = ()
     nccl_env: Path | None = None
     roce: Path | None = None
-    fat_tree: bool = False
-    plan_expects_qos: bool = False
+    fat_tree: bool | None = None  # None: the topology is unknown
+    plan_expects_qos: bool | None = None  # None: the plan is unknown
     tenant_ipoib: bool = False
     k8s_options: K8sOptions = field(default_factory=K8sOptions)
     nccl_options: NcclOptions = field(default_factory=NcclOptions)

@@ -169,8 +169,8 @@ def parse_opensm(text: str, path: str) -> OpensmConf:
     return conf
 
 
-def audit_opensm(text: str, path: str, *, fat_tree: bool = False,
-                 plan_expects_qos: bool = False) -> list[Finding]:
+def audit_opensm(text: str, path: str, *, fat_tree: bool | None = None,
+                 plan_expects_qos: bool | None = None) -> list[Finding]:
     """All findings for one opensm.conf."""
     conf = parse_opensm(text, path)
     out = list(conf.findings)
@@ -246,8 +246,11 @@ def _keys(conf: OpensmConf) -> list[Finding]:
     return out
 
 
-def _routing_and_ha(conf: OpensmConf, *, fat_tree: bool, plan_expects_qos: bool
+def _routing_and_ha(conf: OpensmConf, *, fat_tree: bool | None, plan_expects_qos: bool | None
                     ) -> list[Finding]:
+    """``fat_tree`` and ``plan_expects_qos`` are None when the topology or plan is unknown:
+    the settings that depend on them are then still reported (an unpinned routing engine,
+    QoS off), worded for an unknown topology, never passed over in silence."""
     out: list[Finding] = []
     p = conf.path
     engine = conf.value("routing_engine")
@@ -260,6 +263,15 @@ def _routing_and_ha(conf: OpensmConf, *, fat_tree: bool, plan_expects_qos: bool
             "prevent credit-loop deadlock there.",
             "Set routing_engine ftree (or updn when the tree is not pure), optionally with "
             "root_guid_file.", key="routing_engine", value=shown[:60]))
+    elif fat_tree is None and not engines:
+        out.append(finding(
+            "OSM006", p, _line(conf, "routing_engine"),
+            "routing_engine is unset, so opensm routes with minhop, and the topology is "
+            "unknown to this audit: on a fat tree (most GPU backend fabrics) minhop balances "
+            "badly and does not prevent credit-loop deadlock.",
+            "Pin the routing engine the topology needs (ftree, or updn when the tree is not "
+            "pure, on a fat tree); pass --fat-tree or --not-fat-tree to have it judged.",
+            key="routing_engine", value="unset (minhop)", topology="unknown"))
     priority = _int(conf.value("sm_priority"))
     if not priority:
         out.append(finding(
@@ -276,6 +288,15 @@ def _routing_and_ha(conf: OpensmConf, *, fat_tree: bool, plan_expects_qos: bool
             "management traffic competes with training traffic.",
             "Set qos TRUE and configure qos_policy_file (or the qos_* VL arbitration keys).",
             key="qos", value=qos))
+    elif plan_expects_qos is None and qos != "TRUE":
+        out.append(finding(
+            "OSM008", p, _line(conf, "qos"),
+            "qos is off and whether the fabric's plan uses QoS is unknown to this audit: with "
+            "it off every SL shares one VL, so storage or management traffic competes with "
+            "training traffic on a shared fabric.",
+            "Decide it and pin it: qos TRUE with a qos_policy_file where storage or management "
+            "share the fabric; pass --plan-expects-qos or --plan-without-qos to have it judged.",
+            Severity.INFO, key="qos", value=qos, plan="unknown"))
     if (conf.value("ignore_other_sm") or "FALSE").upper() == "TRUE":
         out.append(finding(
             "OSM012", p, _line(conf, "ignore_other_sm"),

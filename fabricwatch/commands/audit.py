@@ -88,8 +88,12 @@ def _write_ledger(settings: Settings, findings: Sequence[Finding], ts: int) -> s
 @click.option("--fail-on", type=click.Choice(["info", "warning", "critical", "never"]),
               default="warning", show_default=True,
               help="Exit 1 when a finding is at or above this severity.")
-@click.option("--plan-expects-qos", is_flag=True, help="The plan uses InfiniBand QoS (SL/VL).")
-@click.option("--fat-tree", is_flag=True, help="The topology is a fat tree.")
+@click.option("--plan-expects-qos/--plan-without-qos", default=None,
+              help="The plan uses InfiniBand QoS (SL/VL), or does not. Unsaid: unknown, and a "
+                   "QoS that is off is reported as undecided.")
+@click.option("--fat-tree/--not-fat-tree", default=None,
+              help="The topology is a fat tree, or is not. Unsaid: unknown, and an unpinned "
+                   "routing engine is reported.")
 @click.option("--tenant-ipoib", is_flag=True,
               help="Tenants run IPoIB on their partitions (each needs ipoib and mtu).")
 @click.option("--resweep-s", type=click.FloatRange(min=0, min_open=True),
@@ -118,7 +122,7 @@ def _write_ledger(settings: Settings, findings: Sequence[Finding], ts: int) -> s
               help="Write the report to this file instead of stdout.")
 def audit(opensm: Path | None, partitions: Path | None, k8s_paths: tuple[Path, ...],
           nccl_env: Path | None, roce: Path | None, fmt: str, fail_on: str,
-          plan_expects_qos: bool, fat_tree: bool, tenant_ipoib: bool, resweep_s: float | None,
+          plan_expects_qos: bool | None, fat_tree: bool | None, tenant_ipoib: bool, resweep_s: float | None,
           backend_if: tuple[str, ...], backend_hca: tuple[str, ...], transport: str | None,
           lossless_priority: int, gpu_namespace: tuple[str, ...],
           infra_namespace: tuple[str, ...], approved_rdma_namespace: tuple[str, ...],

@@ -43,11 +43,20 @@ def _connect(settings: Settings, *, for_write: bool = False) -> tuple[LedgerBase
                             compress=False), f"endpoint {url}"
     from ledger.embedded import EmbeddedLedger
 
-    if not for_write and not settings.ledger_path.exists():
-        raise click.ClickException(f"no ledger at {settings.ledger_path}; run "
-                                   "`fabricwatch ledger migrate` first")
-    return EmbeddedLedger(settings.ledger_path, retention_days=cfg.retention_days,
-                          raw_counter_retention_days=cfg.raw_counter_retention_days), "embedded"
+    fresh = not settings.ledger_path.exists()
+    ledger = EmbeddedLedger(settings.ledger_path, retention_days=cfg.retention_days,
+                            raw_counter_retention_days=cfg.raw_counter_retention_days)
+    if fresh and not for_write:
+        # The embedded default behaves like a server that has just been installed: a new
+        # state folder gets an empty, migrated ledger, so a report or query says "nothing yet"
+        # instead of failing. (A server that cannot be reached stays an error, above.)
+        try:
+            ledger.migrate()
+        except BaseException:
+            ledger.close()
+            raise
+        click.echo(f"note: no ledger at {settings.ledger_path} yet; created an empty one", err=True)
+    return ledger, "embedded"
 
 
 @contextmanager

@@ -1,6 +1,6 @@
 """The shared producer and ``fabricwatch ingest`` against the real Kafka broker.
 
-Events parsed from the shared fixtures go out through ``collectors.publish.Publisher`` and
+Events parsed from the fixtures in tests/fixtures go out through ``collectors.publish.Publisher`` and
 are read back from the contract topics: same bytes as ``schemas.encode``, the contract's
 key, every event once. A bad file in an ingest batch publishes nothing at all.
 """
@@ -28,7 +28,7 @@ from schemas.topics import COUNTERS, PORT_EVENTS, TOPOLOGY, topic_for_kind
 
 pytestmark = pytest.mark.integration
 
-FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures"
 FABRICWATCH = Path(sys.executable).parent / "fabricwatch"
 TS = 1_795_971_600_000  # 2026-11-29T17:00:00Z
 

@@ -27,10 +27,43 @@ def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
+def test_a_state_folder_without_a_ledger_gets_an_empty_migrated_one(state_dir: Path) -> None:
+    runner = CliRunner()
+    assert not (state_dir / "ledger").exists()
+    result = runner.invoke(main, ["ledger", "query", "isolated_ports", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    assert "created an empty one" in result.stderr
+    assert json.loads(result.stdout) == []
+    # created and migrated to the latest schema: nothing left for migrate to do
+    assert "already current" in runner.invoke(main, ["ledger", "migrate"]).output
+    report = state_dir / "out" / "report.html"
+    result = runner.invoke(main, ["report", "--since", "1h", "--out", str(report)])
+    assert result.exit_code == 0, result.output
+    assert "created an empty one" not in result.stderr  # only the first command created it
+    assert report.read_text().startswith("<!")
+
+
+def test_a_report_is_the_first_command_on_a_new_state_folder(state_dir: Path) -> None:
+    report = state_dir / "report.html"
+    result = CliRunner().invoke(main, ["report", "--since", "24h", "--out", str(report)])
+    assert result.exit_code == 0, result.output
+    assert "created an empty one" in result.stderr and report.is_file()
+
+
+def test_a_server_that_cannot_be_reached_is_an_error(state_dir: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from fabricwatch.stack_config import free_ports
+
+    (port,) = free_ports(1)
+    monkeypatch.setenv("FABRICWATCH_CLICKHOUSE_URL", f"http://default@127.0.0.1:{port}/fabricwatch")
+    result = CliRunner().invoke(main, ["ledger", "query", "SELECT 1"])
+    assert result.exit_code != 0
+    assert "cannot reach" in result.output
+    assert not (state_dir / "ledger").exists()
+
+
 def test_cli_direct_and_through_the_endpoint(state_dir: Path) -> None:
     runner = CliRunner()
-    result = runner.invoke(main, ["ledger", "query", "isolated_ports"])
-    assert result.exit_code == 1 and "ledger migrate" in result.output
     result = runner.invoke(main, ["ledger", "migrate"])
     assert result.exit_code == 0, result.output
     assert "applied [1, 2, 3, 4, 5, 6]" in result.output

@@ -11,7 +11,8 @@ from click.testing import CliRunner
 from fabricwatch.cli import main
 
 GOLDEN = Path(__file__).parents[2] / "golden" / "audit"
-DEFAULT_CONF = Path("/work/shared/fixtures/opensm/opensm-3.3.23-default.conf")
+DEFAULT_CONF = (Path(__file__).resolve().parents[2] / "fixtures" / "opensm"
+                / "opensm-3.3.23-default.conf")
 
 
 def _run(*args: str | Path) -> tuple[int, str, str]:
@@ -31,10 +32,25 @@ def test_clean_inputs_exit_0() -> None:
     assert (code, out) == (0, "no findings\n")
 
 
+def test_a_plain_opensm_conf_alone_still_reports_the_topology_settings() -> None:
+    # What a new user runs first: no plan, no topology flags.
+    code, out, _ = _run("--opensm", DEFAULT_CONF, "--format", "json")
+    assert code == 1
+    by_rule = {f["rule"]: f for f in json.loads(out)["findings"]}
+    assert {"OSM006", "OSM008"} <= set(by_rule)
+    assert by_rule["OSM006"]["evidence"]["topology"] == "unknown"
+    assert "unknown" in by_rule["OSM006"]["reason"] and "--fat-tree" in by_rule["OSM006"]["fix"]
+    assert by_rule["OSM008"]["evidence"]["plan"] == "unknown"
+    assert by_rule["OSM008"]["severity"] == "info"
+    # said, either way: judged as before, and silent where the answer makes it right
+    code, out, _ = _run("--opensm", DEFAULT_CONF, "--format", "json", "--not-fat-tree",
+                        "--plan-without-qos")
+    assert not {"OSM006", "OSM008"} & {f["rule"] for f in json.loads(out)["findings"]}
+
+
 def test_default_opensm_conf_exits_1_with_sarif() -> None:
-    if not DEFAULT_CONF.exists():
-        pytest.skip("the shared opensm fixture is not on this machine")
-    code, out, _ = _run("--opensm", DEFAULT_CONF, "--format", "sarif", "--fat-tree")
+    code, out, _ = _run("--opensm", DEFAULT_CONF, "--format", "sarif", "--fat-tree",
+                        "--plan-without-qos")
     assert code == 1
     log = json.loads(out)
     assert log["version"] == "2.1.0"

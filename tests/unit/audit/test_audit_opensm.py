@@ -9,15 +9,15 @@ import pytest
 from fabricwatch.audit import AuditInputError, audit_opensm, render
 from fabricwatch.audit.findings import Finding
 from fabricwatch.audit.opensm import KNOWN_KEYS, parse_opensm
+from schemas import Severity
 
 GOLDEN = Path(__file__).parents[2] / "golden" / "audit" / "opensm"
-DEFAULT_CONF = Path("/work/shared/fixtures/opensm/opensm-3.3.23-default.conf")
+DEFAULT_CONF = (Path(__file__).resolve().parents[2] / "fixtures" / "opensm"
+                / "opensm-3.3.23-default.conf")
 HARDENED_SECRETS = ("9a3f5c7e2b1d4e6f", "5ec2e7a1b4c93d08", "7d41c0ffee9b2a63")
 
 
 def _default_text() -> str:
-    if not DEFAULT_CONF.exists():
-        pytest.skip("the shared opensm fixture is not on this machine")
     return DEFAULT_CONF.read_text()
 
 
@@ -44,9 +44,25 @@ def test_default_conf_has_each_expected_finding() -> None:
     assert by_rule["OSM001"].evidence["value"] == "0x****0000"
 
 
-def test_default_conf_without_plan_facts_leaves_out_routing_and_qos() -> None:
-    rules = {f.rule for f in audit_opensm(_default_text(), "opensm.conf")}
+def test_default_conf_without_plan_facts_reports_routing_and_qos_as_unknown() -> None:
+    findings = audit_opensm(_default_text(), "opensm.conf")
+    assert {f.rule for f in findings} == {"OSM001", "OSM002", "OSM003", "OSM004", "OSM005",
+                                          "OSM006", "OSM007", "OSM008"}
+    unknown = {f.rule: f for f in findings if f.rule in ("OSM006", "OSM008")}
+    assert all("unknown" in f.reason for f in unknown.values())
+    assert unknown["OSM006"].severity == Severity.WARNING
+    assert unknown["OSM008"].severity == Severity.INFO
+
+
+def test_default_conf_on_a_known_non_fat_tree_without_qos_leaves_out_routing_and_qos() -> None:
+    rules = {f.rule for f in audit_opensm(_default_text(), "opensm.conf", fat_tree=False,
+                                          plan_expects_qos=False)}
     assert rules == {"OSM001", "OSM002", "OSM003", "OSM004", "OSM005", "OSM007"}
+
+
+def test_a_pinned_routing_engine_on_an_unknown_topology_is_not_reported() -> None:
+    text = _default_text().replace("routing_engine (null)", "routing_engine updn")
+    assert "OSM006" not in {f.rule for f in audit_opensm(text, "opensm.conf")}
 
 
 def test_default_conf_keys_are_all_known() -> None:

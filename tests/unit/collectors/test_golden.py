@@ -1,6 +1,6 @@
 """Golden tests: every covered fixture file parses to exactly its reviewed expected output.
 
-Each case names an input (a shared fixture, or one of our own samples under
+Each case names an input (a fixture under ``tests/fixtures``, or one of our own samples under
 ``tests/unit/collectors/samples``), the ingest format and the options the CLI would
 pass; the expected output lives in ``tests/golden/collectors/<case id>.json``. Regenerate
 with ``FABRICWATCH_REGEN_GOLDEN=1 pytest tests/unit/collectors/test_golden.py`` and review
@@ -28,7 +28,7 @@ from collectors.ibnetdiscover import parse_nodes
 from collectors.lidmap import LidMap
 
 REPO = Path(__file__).resolve().parents[3]
-FIXTURES = REPO.parent / "shared" / "fixtures"
+FIXTURES = REPO / "tests" / "fixtures"
 SAMPLES = REPO / "tests" / "unit" / "collectors" / "samples"
 GOLDEN = REPO / "tests" / "golden" / "collectors"
 TS = 1_795_971_600_000  # 2026-11-29T17:00:00Z, the day the ibsim fixtures were made
@@ -43,7 +43,7 @@ def fattree_lids() -> LidMap:
 
 @dataclass(frozen=True)
 class Case:
-    path: str  # relative to the shared fixtures, or "samples/..." for our own
+    path: str  # relative to tests/fixtures, or "samples/..." for our own
     fmt: str
     options: dict[str, Any] = field(default_factory=dict)
     fattree: bool = False  # resolve LIDs through the fat tree topology
@@ -158,8 +158,9 @@ def _actual(case: Case) -> dict[str, Any]:
     return summary
 
 
-def test_shared_fixtures_are_there() -> None:
-    assert FIXTURES.is_dir(), f"the shared fixture corpus is missing at {FIXTURES}"
+def test_fixtures_are_there() -> None:
+    missing = [c.path for c in CASES if not c.file.is_file()]
+    assert not missing, f"fixtures named by golden cases are missing: {missing}"
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])

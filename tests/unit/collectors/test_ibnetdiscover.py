@@ -11,7 +11,7 @@ from collectors.ibnetdiscover import device_name, parse_ibnetdiscover, parse_nod
 from collectors.lidmap import LidMap
 from schemas import Topology, decode, encode
 
-FIXTURES = Path(__file__).resolve().parents[3].parent / "shared" / "fixtures" / "ibnetdiscover"
+FIXTURES = Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "ibnetdiscover"
 GUID = "0x2c5eab0300b87b40"
 
 

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from fabricwatch.commands.ingest import ingest
 from schemas import decode
 
-FIXTURES = Path(__file__).resolve().parents[3].parent / "shared" / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[3] / "tests" / "fixtures"
 SAMPLES = Path(__file__).parent / "samples"
 TOPOLOGY = str(FIXTURES / "ibnetdiscover" / "topograph-ndr-fattree.txt")
 TS = "2026-11-29T17:00:00Z"

@@ -18,7 +18,7 @@ from collectors.smlog import OpensmState, infer_year, parse_opensm_log, parse_uf
 from collectors.telemetry import parse_gnmic, parse_sflowtool, parse_sonic_show, port_number
 from schemas import LEGACY_COUNTER_BITS
 
-FIXTURES = Path(__file__).resolve().parents[3].parent / "shared" / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[3] / "tests" / "fixtures"
 SAMPLES = Path(__file__).parent / "samples"
 LIDS = LidMap.from_nodes(parse_nodes(
     (FIXTURES / "ibnetdiscover" / "topograph-ndr-fattree.txt").read_text()))

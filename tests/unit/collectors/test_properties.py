@@ -19,7 +19,7 @@ from collectors.ibnetdiscover import parse_nodes
 from collectors.lidmap import LidMap
 from schemas import decode, encode
 
-FIXTURES = Path(__file__).resolve().parents[3].parent / "shared" / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[3] / "tests" / "fixtures"
 TS = 1_795_971_600_000
 # The fat tree the ibsim fixtures came from, so that LIDs in the seeds resolve.
 LIDS = LidMap.from_nodes(parse_nodes(

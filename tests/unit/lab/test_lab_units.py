@@ -15,8 +15,7 @@ from collectors.live.tools import check_arg, check_lid, check_port, port_list
 from fabricwatch.lab import LabError, LabStack, parse_netfile
 from sim.topology import generate
 
-# the shared fixtures beside the repository (as tests/unit/collectors/test_golden.py reads them)
-FIXTURE = (Path(__file__).resolve().parents[3].parent / "shared" / "fixtures" / "opensm"
+FIXTURE = (Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "opensm"
            / "ibsim-default-level-traps-128.log")
 
 

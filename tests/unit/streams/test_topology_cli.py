@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from fabricwatch.cli import main
 from sim.topology import generate
 
-FIXTURES = Path(__file__).resolve().parents[3].parent / "shared" / "fixtures" / "ibnetdiscover"
+FIXTURES = Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "ibnetdiscover"
 GOLDEN = Path(__file__).resolve().parents[2] / "golden" / "topology"
 SMALL = FIXTURES / "ufm-sdk-small-topo.txt"
 PORTS = FIXTURES / "ports-edr-mixed.txt"

@@ -20,7 +20,7 @@ from schemas.policy import Policy
 from streams.topology.logic import MAX_NAMED, DiffReport, Finding, diff, link_key
 from streams.topology.plan import Plan, PlanError, PlanLink, load_plan, plan_from_topology
 
-FIXTURES = Path(__file__).resolve().parents[3].parent / "shared" / "fixtures" / "ibnetdiscover"
+FIXTURES = Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "ibnetdiscover"
 GOLDEN = Path(__file__).resolve().parents[2] / "golden" / "topology"
 POLICY = Policy()
 
