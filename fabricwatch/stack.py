@@ -240,13 +240,21 @@ async def ensure_topics(bootstrap: str, partitions: dict[str, int]) -> None:
         NewPartitions,
         NewTopic,
     )
+    from aiokafka.admin.config_resource import (  # type: ignore[import-untyped]
+        ConfigResource,
+        ConfigResourceType,
+    )
+
+    from schemas.acceptance import TIMESTAMP_CONFIG
 
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
     await admin.start()
     try:
         existing = set(await admin.list_topics())
-        missing = [NewTopic(name, count, 1) for name, count in partitions.items()
-                   if name not in existing]
+        # LogAppendTime: a record's timestamp is the broker's receive time, the clock every
+        # consumer bounds event time by (schemas.acceptance)
+        missing = [NewTopic(name, count, 1, topic_configs=dict(TIMESTAMP_CONFIG))
+                   for name, count in partitions.items() if name not in existing]
         if missing:
             response = await admin.create_topics(missing)
             for topic, code, message in response.topic_errors:
@@ -254,6 +262,11 @@ async def ensure_topics(bootstrap: str, partitions: dict[str, int]) -> None:
                     raise StackError(f"creating topic {topic} failed: error {code} {message}")
         present = [name for name in partitions if name in existing]
         if present:
+            # topics this stack made before the timestamp rule get it now (AlterConfigs sets a
+            # topic's whole dynamic config: the local stack's topics have no other)
+            await admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, name,
+                                                      configs=dict(TIMESTAMP_CONFIG))
+                                       for name in present])
             grow: dict[str, Any] = {}
             for desc in await admin.describe_topics(present):
                 wanted = partitions[desc["topic"]]

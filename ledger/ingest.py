@@ -18,11 +18,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import orjson
 from aiokafka import AIOKafkaConsumer  # type: ignore[import-untyped]
 
-from schemas import ContractError, DeadLetter, Event, decode_obj, loads
+from schemas import ContractError, DeadLetter, Event
 from schemas import topics as registry
+from schemas.acceptance import DEFAULT_BOUNDS, TimeBounds, accept, accept_dead_letter
 
 log = logging.getLogger(__name__)
 
@@ -47,16 +47,23 @@ class IngestStats:
     by_topic: dict[str, int] = field(default_factory=dict)
 
 
-def decode_record(topic: str, raw: bytes | None) -> Event | DeadLetter | None:
-    """The ledger's view of one message: an event, a dead letter, or None to skip."""
+def decode_record(topic: str, raw: bytes | None, received_ms: int | None = None,
+                  bounds: TimeBounds = DEFAULT_BOUNDS) -> Event | DeadLetter | None:
+    """The ledger's view of one message: an event, a dead letter, or None to skip.
+
+    The same decision as the stream worker's (``schemas.acceptance``): what the worker
+    refuses (a kind on the wrong topic, a ``ts`` out of bounds for its arrival) is skipped
+    here and arrives as the worker's dead letter instead."""
     if raw is None:
         return None
     try:
-        obj = loads(raw)
         if topic == registry.DLQ.name:
-            return DeadLetter.model_validate(obj)
-        return decode_obj(obj)
-    except (ContractError, ValueError, orjson.JSONDecodeError):
+            return accept_dead_letter(raw)
+        spec = registry.BY_NAME.get(topic)
+        if spec is None:
+            return None
+        return accept(spec, raw, received_ms=received_ms, bounds=bounds)
+    except ContractError:
         return None
 
 
@@ -66,8 +73,10 @@ class LedgerIngest:
     def __init__(self, writer: Writer, bootstrap: str, *, group_id: str = GROUP_ID,
                  max_records: int = 5000, poll_ms: int = 500,
                  topics: Sequence[str] | None = None,
-                 consumer_factory: Callable[..., Any] = AIOKafkaConsumer) -> None:
+                 consumer_factory: Callable[..., Any] = AIOKafkaConsumer,
+                 bounds: TimeBounds = DEFAULT_BOUNDS) -> None:
         self._writer = writer
+        self._bounds = bounds
         self._topics = list(topics or [t.name for t in INGEST_TOPICS])
         self._max_records = max_records
         self._poll_ms = poll_ms
@@ -90,7 +99,8 @@ class LedgerIngest:
                     self.stats.by_topic[tp.topic] = (self.stats.by_topic.get(tp.topic, 0)
                                                      + len(messages))
                     for message in messages:
-                        record = decode_record(tp.topic, message.value)
+                        record = decode_record(tp.topic, message.value, message.timestamp,
+                                               self._bounds)
                         if record is None:
                             self.stats.skipped += 1
                         else:

@@ -114,6 +114,13 @@ FIELD_ERROR_MARK = "\x1f"  # unit separator: never in a reason (control characte
 Device = Annotated[str, Field(min_length=1)]
 # Strict: a wrong type is a validation error (true, "5" and 5.0 are not counts or ports).
 StrictInt = Annotated[int, Field(strict=True)]
+# Free text is bounded: one message must not be able to store megabytes in a ledger row.
+ShortText = Annotated[str, Field(max_length=64)]  # phys_state, width, speed, a tool's name
+Name = Annotated[str, Field(max_length=256)]  # an actor, a step
+Ident = Annotated[str, Field(min_length=1, max_length=512)]  # a workflow id
+Reason = Annotated[str, Field(max_length=1024)]  # a port event's reason
+Note = Annotated[str, Field(max_length=16_384)]  # a runbook record's note
+ToolText = Annotated[str, Field(max_length=2 * 1024 * 1024)]  # captured tool output
 NonNegInt = Annotated[int, Field(ge=0, strict=True)]
 # Floats take ints (JSON has one number type) but not strings or booleans.
 StrictFloat = Annotated[float, Field(strict=True)]
@@ -175,8 +182,8 @@ class PortEvent(_PortScoped):
     kind: Literal["port_event"] = "port_event"
     state: Literal["down", "up"]
     trap: StrictInt | None = None
-    phys_state: str | None = None
-    reason: str | None = None
+    phys_state: ShortText | None = None
+    reason: Reason | None = None
 
 
 # Counter name -> its register width in bits where a legacy PMA register is that narrow.
@@ -228,8 +235,8 @@ class PortSample(BaseModel):
     fec_uncorrectable: NonNegInt | None = None
     raw_ber: NonNegFloat | None = None
     effective_ber: NonNegFloat | None = None
-    width: str | None = None
-    speed: str | None = None
+    width: ShortText | None = None
+    speed: ShortText | None = None
     pfc_pause_rx: NonNegInt | None = None
     pfc_pause_tx: NonNegInt | None = None
     ecn_marked: NonNegInt | None = None
@@ -287,8 +294,8 @@ class TopologyLink(BaseModel):
     a_port: Annotated[int, Field(ge=0, le=MAX_ETH_PORT, strict=True)]
     b_device: Device
     b_port: Annotated[int, Field(ge=0, le=MAX_ETH_PORT, strict=True)]
-    width: str | None = None
-    speed: str | None = None
+    width: ShortText | None = None
+    speed: ShortText | None = None
 
     @field_validator("a_device", "b_device")
     @classmethod
@@ -318,13 +325,13 @@ class ActionRecord(_PortScoped):
     """One thing a runbook did or, in shadow mode, would have done (``fabric.actions``)."""
 
     kind: Literal["action"] = "action"
-    workflow_id: str
-    step: str  # evidence | budget | isolate | ticket | ladder:<rung> | check:<name> | return | abort
-    actor: str  # "fabricwatch" or the human who signalled
+    workflow_id: Ident
+    step: Name  # evidence | budget | isolate | ticket | ladder:<rung> | check:<name> | return | abort
+    actor: Name  # "fabricwatch" or the human who signalled
     outcome: Literal["done", "refused", "failed", "skipped", "dry_run"]
     before: dict[str, Any] | None = None
     after: dict[str, Any] | None = None
-    note: str | None = None
+    note: Note | None = None
     dry_run: StrictBool = False
 
 
@@ -332,9 +339,9 @@ class EvidenceRecord(_PortScoped):
     """Tool output captured before anything changes (``fabric.actions``)."""
 
     kind: Literal["evidence"] = "evidence"
-    workflow_id: str
-    tool: str  # perfquery | mlxlink | iblinkinfo | cable_info | ...
-    output: str
+    workflow_id: Ident
+    tool: ShortText  # perfquery | mlxlink | iblinkinfo | cable_info | ...
+    output: ToolText
     exit_code: StrictInt | None = None
 
 

@@ -185,6 +185,13 @@ class Stream(_Section):
     """Stream semantics."""
 
     allowed_lateness: Seconds = 60.0
+    # Event time is bounded by the time the broker received the message (topics use
+    # LogAppendTime): a ``ts`` further ahead than this is a dead letter, so one message from
+    # a skewed or forged clock cannot move a port's notion of "newest" and blind it.
+    max_clock_skew: Seconds = 300.0
+    # and a ``ts`` older than this before its arrival is refused too (beyond the ledger's
+    # raw-counter retention it could only be stored to be dropped, and ts=0 is a bug)
+    max_event_age: Seconds = 30 * 86400.0
 
 
 class Shadow(_Section):

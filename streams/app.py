@@ -25,6 +25,7 @@ nothing and duplicates carry the same ``id``/``episode``.
 from __future__ import annotations
 
 import logging
+import socket
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -34,8 +35,9 @@ import faust
 
 from fabricwatch import metrics
 from fabricwatch.settings import Settings
-from schemas import Action, ContractError, DeadLetter, Detection, Event, dead_letter, decode, encode
+from schemas import Action, ContractError, DeadLetter, Detection, Event, dead_letter, encode
 from schemas import topics as registry
+from schemas.acceptance import TimeBounds, accept
 from schemas.policy import Policy
 from streams.engine import Context, Engine
 from streams.sink import LedgerSink, LedgerWriter
@@ -51,6 +53,14 @@ def partitions_of(settings: Settings, topic: registry.Topic) -> int:
 
 def broker_urls(bootstrap: str) -> list[str]:
     return [f"kafka://{h.strip()}" for h in bootstrap.split(",") if h.strip()]
+
+
+def instance_id(settings: Settings, app_id: str, worker_index: int) -> str | None:
+    """The worker's static group membership id (None: dynamic membership)."""
+    configured = settings.streams.instance_id
+    if configured is not None:
+        return configured or None
+    return f"{app_id}-{socket.gethostname()}-{worker_index}"[:249]
 
 
 class StreamsApp:
@@ -71,6 +81,7 @@ class StreamsApp:
             if context is None:
                 context = Context(expectation=expectation_from_plan(self.plan))
         self.engine = Engine(policy, context)
+        self.bounds = TimeBounds.from_policy(policy)
         self.datadir = Path(settings.state_dir) / "streams" / app_id / f"worker-{worker_index}"
         self.datadir.mkdir(parents=True, exist_ok=True)
         self.app = faust.App(
@@ -96,6 +107,9 @@ class StreamsApp:
             # the local broker accepts 64 MiB batches (deploy/kafka/config).
             producer_max_request_size=64 * 1024 * 1024,
             broker_commit_interval=1.0,
+            broker_session_timeout=settings.streams.session_timeout_s,
+            broker_heartbeat_interval=settings.streams.heartbeat_interval_s,
+            consumer_group_instance_id=instance_id(settings, app_id, worker_index),
         )
         self.n_port = n_port = partitions_of(settings, registry.PORT_EVENTS)
 
@@ -208,11 +222,10 @@ class StreamsApp:
         """The contract event in a Faust event, or None after dead-lettering it."""
         raw = event.value if isinstance(event.value, bytes) else b""
         metrics.consumed(topic.name, event.message, self.app.consumer)
+        stamp = getattr(event.message, "timestamp", None)  # the broker's, in seconds
         try:
-            obj = decode(raw)
-            if obj.kind not in topic.kinds:
-                raise ContractError(f"kind {obj.kind!r} does not belong on topic {topic.name}",
-                                    "kind")
+            obj = accept(topic, raw, received_ms=round(stamp * 1000) if stamp else None,
+                         bounds=self.bounds)
         except ContractError as exc:
             await self.dead_letter(raw, exc, event.message)
             return None

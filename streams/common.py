@@ -51,11 +51,14 @@ def episode_id(kind: DetectionKind | str, device: str, port: int, start_ts: int,
 
 def make_detection(*, kind: DetectionKind, fabric: str, device: str, port: int, ts: int,
                    action: str, episode: str, evidence: dict[str, Any],
-                   severity: Severity | None = None) -> Detection:
-    """One detection; its ``id`` is its episode (one detection per episode)."""
+                   severity: Severity | None = None, seen_by: str | None = None) -> Detection:
+    """One detection; its ``id`` is its episode (one detection per episode), and the source
+    that saw it when two sources can see the same episode (``seen_by``): both detections
+    then share the episode, so consumers group them, and keep their ids, so the ledger keeps
+    both sources' evidence."""
     act = policy_action(action)
     return Detection(
-        id=f"det:{episode}",
+        id=f"det:{episode}" + (f"/{seen_by}" if seen_by else ""),
         ts=ts,
         fabric=fabric,
         source=SOURCE,

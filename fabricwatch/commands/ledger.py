@@ -24,6 +24,7 @@ import orjson
 from fabricwatch.settings import Settings, load_settings
 from ledger.base import LedgerBase, LedgerError
 from ledger.queries import cookbook, params_for
+from schemas import ContractError
 
 
 def _connect(settings: Settings, *, for_write: bool = False) -> tuple[LedgerBase, str]:
@@ -257,7 +258,7 @@ def serve_command(port: int | None, ingest: bool) -> None:
                    + (f"; ingesting from {settings.kafka.bootstrap_servers}" if ingest else ""))
         try:
             if ingest:
-                asyncio.run(_ingest(ledger, settings.kafka.bootstrap_servers))
+                asyncio.run(_ingest(ledger, settings.kafka.bootstrap_servers, settings))
             else:
                 stop = threading.Event()
                 signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -270,14 +271,22 @@ def serve_command(port: int | None, ingest: bool) -> None:
         ledger.close()
 
 
-async def _ingest(ledger: LedgerBase, bootstrap: str) -> None:
+async def _ingest(ledger: LedgerBase, bootstrap: str, settings: Settings) -> None:
     from ledger.ingest import LedgerIngest
+    from schemas.acceptance import TimeBounds
+    from schemas.policy import Policy
+
+    # the worker's policy decides what a topic accepts, so the ledger takes exactly that
+    try:
+        bounds = TimeBounds.from_policy(Policy.load(settings.policy_path))
+    except ContractError as exc:
+        raise click.ClickException(f"policy {settings.policy_path}: {exc}") from None
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    stats = await LedgerIngest(ledger, bootstrap).run(stop)
+    stats = await LedgerIngest(ledger, bootstrap, bounds=bounds).run(stop)
     click.echo(f"ingested {stats.messages:,} messages ({stats.rows:,} rows, "
                f"{stats.skipped:,} skipped)")
 

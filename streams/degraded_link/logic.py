@@ -72,5 +72,6 @@ def step_topology(state: dict[str, str] | None, topology: Topology, policy: Poli
                                            "expectation: check the policy or plan")
             detections.append(make_detection(
                 kind=DetectionKind.DEGRADED_LINK, fabric=topology.fabric, device=device,
-                port=port, ts=topology.ts, action=action, episode=eid, evidence=evidence))
+                port=port, ts=topology.ts, action=action, episode=eid, evidence=evidence,
+                seen_by="topology"))
     return opened, detections

@@ -15,6 +15,7 @@ import pytest
 
 from fabricwatch.settings import Settings
 from schemas import topics as registry
+from schemas.acceptance import TIMESTAMP_CONFIG
 from schemas.policy import Policy
 
 from .manifests import OVERLAY_KAFKA, build, container_env, env_configmap, find, one
@@ -44,6 +45,9 @@ def test_every_contract_topic_is_declared_with_the_registry_defaults_at_100k() -
         assert spec["replicas"] == 3
         config = spec["config"]
         assert isinstance(config, dict) and config["min.insync.replicas"] == 2
+        # the broker's receive time is the clock event time is bounded by (schemas.acceptance)
+        for key, value in TIMESTAMP_CONFIG.items():
+            assert config[key] == value, topic.name
 
 
 def test_no_kafka_topic_outside_the_contract_and_the_streams_app() -> None:

@@ -1,0 +1,121 @@
+"""The stream worker as a real process, and the broker round trips its tests share.
+
+``Worker`` runs ``fabricwatch worker`` with its own app id (so its own consumer group,
+internal topics and state) against the session's broker; ``publish`` sends contract events
+(or raw ``(topic, bytes)`` pairs) and ``collect`` reads a topic back.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+from schemas import Event, PortEvent, encode, message_key
+from schemas.policy import Policy
+from schemas.topics import topic_for_kind
+from streams.replay import replay
+
+M = 60_000
+FABRICWATCH = str(Path(sys.executable).parent / "fabricwatch")
+
+
+class Worker:
+    """One ``fabricwatch worker`` process and its log."""
+
+    def __init__(self, bootstrap: str, state_dir: Path, app_id: str) -> None:
+        self.bootstrap = bootstrap
+        self.state_dir = state_dir
+        self.app_id = app_id
+        self.log = state_dir / f"worker-{app_id}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, ledger: bool = False) -> None:
+        env = {**os.environ, "FABRICWATCH_STATE_DIR": str(self.state_dir),
+               "FABRICWATCH_KAFKA__BOOTSTRAP": self.bootstrap}
+        start_at = self.log.stat().st_size if self.log.exists() else 0
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                [FABRICWATCH, "worker", "--ledger" if ledger else "--no-ledger",
+                 "--app-id", self.app_id],
+                stdout=out, stderr=subprocess.STDOUT, env=env)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            text = self.log.read_bytes()[start_at:]
+            if b"Worker ready" in text:
+                return
+            if self.proc.poll() is not None:
+                raise AssertionError(f"worker exited: {text[-3000:].decode(errors='replace')}")
+            time.sleep(0.2)
+        raise AssertionError("worker not ready in 120 s")
+
+    def tail(self) -> str:
+        return self.log.read_bytes()[-4000:].decode(errors="replace")
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(30)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+
+async def publish(bootstrap: str, events: list[Event | tuple[str, bytes]]) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all",
+                                enable_idempotence=True, linger_ms=5)
+    await producer.start()
+    try:
+        for ev in events:
+            if isinstance(ev, tuple):
+                await producer.send(ev[0], ev[1], key=b"bad")
+            else:
+                await producer.send(topic_for_kind(ev.kind).name, encode(ev),
+                                    key=message_key(ev).encode())
+        await producer.flush()
+    finally:
+        await producer.stop()
+
+
+async def collect(bootstrap: str, topic: str, want: int, prefix: bytes,
+                  wait_s: float = 90.0, settle: float = 3.0) -> list[bytes]:
+    """Values on ``topic`` containing ``prefix``: wait for ``want``, then ``settle`` more."""
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap,
+                                auto_offset_reset="earliest", group_id=None)
+    await consumer.start()
+    got: list[bytes] = []
+    try:
+        deadline = time.monotonic() + wait_s
+        settled_at: float | None = None
+        while time.monotonic() < deadline:
+            batch = await consumer.getmany(timeout_ms=300)
+            for records in batch.values():
+                got += [r.value for r in records if r.value and prefix in r.value]
+            if len(got) >= want and settled_at is None:
+                settled_at = time.monotonic() + settle
+            if settled_at is not None and time.monotonic() >= settled_at:
+                break
+    finally:
+        await consumer.stop()
+    return got
+
+
+def downs(device: str, port: int, times: list[int], base: int, tag: str = "t") -> list[Event]:
+    return [PortEvent(id=f"{device}:{port}/{tag}{i}", ts=base + t, fabric="lab", source="opensm",
+                      device=device, port=port, state="down") for i, t in enumerate(times)]
+
+
+def expected(events: list[Event | tuple[str, bytes]]) -> set[str]:
+    lines = [encode(e) for e in events if not isinstance(e, tuple)]
+    return {d.id for d in replay(lines, Policy(), on_error=None)}
