@@ -9,8 +9,9 @@
 * the name in the body must be the one in the path (400 BadRequest);
 * every successful write bumps a server-wide resourceVersion.
 
-``after_get`` hooks run when a GET was read, before its answer is sent: a test uses one to change the node behind
-the fencer's back (another controller adding a label) and see the 409 it then gets.
+``after_get`` hooks run when a GET was read, before its answer is sent: a test uses one to
+change the node behind the fencer's back (another controller adding a label) and see the 409
+it then gets.
 """
 
 from __future__ import annotations

@@ -36,7 +36,8 @@ async def serve(app: web.Application) -> tuple[web.AppRunner, str]:
 
 
 class FakeUfm:
-    def __init__(self, ports: set[str], user: str = "admin", password: str = "s3cret") -> None:
+    def __init__(self, ports: set[str], user: str = "admin",
+                 password: str = "s3cret") -> None:  # noqa: S107 - a test fixture's login
         self.ports = set(ports)  # "<guid>_<port>" of every port UFM manages
         self.unhealthy: set[str] = set()
         self.puts: list[dict[str, Any]] = []
@@ -82,7 +83,7 @@ class FakeSonic:
     SUFFIX = "/config/enabled"
 
     def __init__(self, interfaces: set[str], user: str = "admin",
-                 password: str = "YourPaSsWoRd") -> None:
+                 password: str = "YourPaSsWoRd") -> None:  # noqa: S107 - a test login
         self.enabled = {name: True for name in interfaces}
         self.patches: list[tuple[str, Any]] = []
         self.auth = basic(user, password)
