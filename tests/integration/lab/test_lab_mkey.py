@@ -123,3 +123,36 @@ async def test_m_key_reaches_ibportstate_and_no_record(mkey_lab: LabStack,
         await ctl.isolate(inventory.port_ref("lab", DEVICE, 30).model_copy(update={"lid": 1}))
     assert len(runner.calls) == before
     await asyncio.sleep(0)
+
+
+def test_lab_up_m_key_takes_the_settings_key(tmp_path: Path) -> None:
+    import os
+    import subprocess
+
+    from lab_helpers import FABRICWATCH
+
+    if shutil.which("ibsim") is None:
+        pytest.skip("the ibsim binary is absent")
+    net = tmp_path / "lab.net"
+    net.write_text(generate("lab").to_ibnetdiscover(), encoding="utf-8")
+    state = tmp_path / "state"
+    env = {**os.environ, "FABRICWATCH_STATE_DIR": str(state)}
+    env.pop("FABRICWATCH_SECRETS__M_KEY_FILE", None)
+    env.pop("FABRICWATCH_SECRETS__M_KEY", None)
+
+    def lab(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([FABRICWATCH, "lab", *args], env=env, capture_output=True,
+                              text=True, timeout=120, check=False)
+
+    res = lab("up", "--topology", str(net), "--m-key")
+    assert res.returncode == 2 and "M_KEY_FILE" in res.stderr, res  # no key configured
+    (tmp_path / "mkey").write_text(KEY + "\n")
+    env["FABRICWATCH_SECRETS__M_KEY_FILE"] = str(tmp_path / "mkey")
+    try:
+        res = lab("up", "--topology", str(net), "--m-key", "--m-key-protection", "3")
+        assert res.returncode == 0, res
+        assert KEY[2:] not in res.stdout + res.stderr
+        conf = (state / "lab" / "opensm.conf").read_text()
+        assert f"m_key {KEY}" in conf and "m_key_protection_level 3" in conf
+    finally:
+        assert "opensm, ibsim" in lab("down").stdout
