@@ -77,8 +77,8 @@ def parse_ports(spec: str | int | list[Any]) -> frozenset[int]:
             if isinstance(part, int):
                 lo = hi = part
             else:
-                text = part.strip()
-                m = re.fullmatch(r"(\d{1,4})(?:\s*-\s*(\d{1,4}))?", text)
+                text = part.strip(" \t")
+                m = re.fullmatch(r"([0-9]{1,4})(?:[ \t]*-[ \t]*([0-9]{1,4}))?", text)
                 if m is None:
                     raise ValueError(f"{text!r} is not a port, nor a range like 1-32")
                 lo = int(m.group(1))
