@@ -195,7 +195,8 @@ class SonicDevice(_Ported):
         if port in self.interfaces:
             return self.interfaces[port]
         if self.interface_template is not None and self.ports and port in self.ports:
-            return self._format(port)
+            name = self._format(port)
+            return name if _IFNAME.match(name) else None
         return None
 
 
