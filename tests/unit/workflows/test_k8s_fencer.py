@@ -135,3 +135,39 @@ async def test_the_first_fencers_shared_taint_is_cleaned_up_on_unfence(kube: Kub
     assert await f.unfence("node0003", 3) is True
     n = kube.nodes["node0003"]
     assert n["spec"]["taints"] == [OTHER] and n["metadata"]["labels"] == {}
+
+
+async def test_the_runbook_activities_fence_two_rails_of_one_node(kube: KubeApi) -> None:
+    """Two isolated ports behind one node (rails 1 and 2), through the runbook's activities:
+    both fenced, one unfenced keeps the other; a missing node is a non-retryable failure."""
+    from temporalio.exceptions import ApplicationError
+
+    from workflows.adapters.records import MemorySink
+    from workflows.adapters.ticket import LogTicketing
+    from workflows.adapters.tools import CommandChecker, FabricToolsEvidence
+    from workflows.remediation.activities import FabricActivities
+    from workflows.remediation.models import ControlInput, PortRef
+
+    class NoController:
+        name = "none"
+
+    acts = FabricActivities(records=MemorySink(), controller=NoController(),  # type: ignore[arg-type]
+                            evidence=FabricToolsEvidence(), checker=CommandChecker({}),
+                            fencer=fencer(kube), ticketing=LogTicketing())
+
+    def inp(rail: int, node_name: str = "node0001") -> ControlInput:
+        port = PortRef(fabric="lab", device=f"leaf-su01-r{rail}", port=7, rail=rail,
+                       node=node_name)
+        return ControlInput(workflow_id=f"remediate/lab/{port.key}", port=port)
+
+    assert (await acts.fence_node(inp(1))).changed
+    assert (await acts.fence_node(inp(2))).changed
+    assert not (await acts.fence_node(inp(2))).changed  # a retried activity
+    taints = kube.nodes["node0001"]["spec"]["taints"]
+    assert rail_taint(1) in taints and rail_taint(2) in taints
+    assert (await acts.unfence_node(inp(1))).changed
+    taints = kube.nodes["node0001"]["spec"]["taints"]
+    assert rail_taint(1) not in taints and rail_taint(2) in taints
+    with pytest.raises(ApplicationError) as info:
+        await acts.fence_node(inp(3, "node9999"))
+    assert info.value.non_retryable and info.value.type == "AdapterRejected"
