@@ -14,9 +14,9 @@ own key, ``fabricwatch.io/rail-<k>``, used three times on the node:
   operator draining rail 3 by hand) is never touched, and ``fence`` then claims nothing.
 
 Changes are a read, then ``replace`` (PUT) of the whole node with the ``resourceVersion`` that
-was read: the API server answers 409 Conflict when the node changed in between (kubelet
-heartbeats update status, not the node object, but other controllers label and taint), and
-the fencer reads again and retries a few times before it gives up with a retryable error.
+was read: the API server answers 409 Conflict when the node changed in between (the
+kubelet's status updates bump it too, and other controllers label and taint), and the fencer
+reads again and retries a few times before it gives up with a retryable error.
 Each call says whether it changed anything.
 """
 
