@@ -72,6 +72,7 @@ class SecretsSettings(_Frozen):
     # runbook adapters (workflows/adapters): SONiC RESTCONF and the ticket webhook's bearer token
     sonic_username: str | None = None
     sonic_password: SecretStr | None = None
+    sonic_password_file: Path | None = None
     ticket_token: SecretStr | None = None
     # the ClickHouse server's password, instead of writing it into clickhouse_url
     clickhouse_password: SecretStr | None = None

@@ -109,6 +109,12 @@ class Inventory:
             return su_of[peer[0]]
         return su_of.get(device, UNKNOWN_SU)
 
+    def has_port(self, device: str, port: int) -> bool | None:
+        """Whether the topology has ``device:port`` cabled; None before any topology."""
+        if self.snapshot_ts is None:
+            return None
+        return (device, port) in self.peers
+
     def su_of(self, device: str, port: int) -> str:
         return self._su_for(device, port, self.su_of_device, self.peers)
 

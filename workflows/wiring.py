@@ -1,8 +1,10 @@
 """Build the runbook's adapters and activities from settings and a few options.
 
-The entry points (``fabricwatch runbook-worker``, test harnesses) call ``build_activities``
-once; nothing below reads the environment. Secrets come from ``settings.secrets`` (or the
-``*_file`` path beside them) and are handed to the adapters as ``SecretStr``.
+The entry points (``fabricwatch runbook-worker``, test harnesses) call ``check`` (every
+configuration error, before anything connects) and ``build_activities`` once; nothing below
+reads the environment. Secrets come from ``settings.secrets`` (or the ``*_file`` path beside
+them) and the device inventory's credential files, and are handed to the adapters as
+``SecretStr``.
 """
 
 from __future__ import annotations
@@ -11,13 +13,17 @@ from collections.abc import Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import SecretStr
 
 from fabricwatch.settings import SecretFileError, Settings, read_secret
 from workflows.adapters.base import Checker, Controller, EvidenceSource, NodeFencer, RecordSink
 from workflows.remediation.activities import FabricActivities
+
+if TYPE_CHECKING:
+    from workflows.adapters.device_inventory import DeviceInventory
+    from workflows.adapters.opensm import PortDirectory
 
 ControllerKind = Literal["sim", "ufm", "sonic", "opensm"]
 RecordsKind = Literal["ledger", "kafka"]
@@ -32,9 +38,12 @@ class WiringOptions:
     controller: ControllerKind = "sim"
     records: RecordsKind = "ledger"
     sim_state_dir: Path | None = None  # default: settings.state_dir / "sim"
-    ufm_url: str | None = None
-    sonic_url: str | None = None
-    sonic_interface_template: str = "Ethernet{port}"
+    # the device inventory file (YAML or JSON): which UFM / SONiC switch answers for a device,
+    # its GUID or interface names, credentials by reference (workflows/adapters/device_inventory)
+    inventory_path: Path | None = None
+    # the fabric's ports as the worker knows them (the dispatcher's topology inventory): the
+    # opensm controller refuses a port it does not have
+    topology: PortDirectory | None = None
     ticket_webhook: str | None = None
     kubeconfig: str | None = None
     k8s: bool = False
@@ -45,14 +54,80 @@ class WiringOptions:
     counters_from_ledger: bool = False
 
 
-def _secret(value: SecretStr | None, path: Path | None, what: str) -> SecretStr:
+def _secret(value: SecretStr | None, path: Path | None, what: str) -> SecretStr | None:
     try:
-        found = read_secret(value, path, what)
+        return read_secret(value, path, what)
     except SecretFileError as exc:
         raise WiringError(str(exc)) from None
-    if found is None:
-        raise WiringError(f"{what} is not configured")
-    return found
+
+
+def _settings_login(user: str | None, password: SecretStr | None, path: Path | None,
+                    what: str) -> tuple[str, SecretStr] | None:
+    """The settings' login for a product (the inventory's credentials take precedence)."""
+    found = _secret(password, path, f"{what} password")
+    return (user, found) if user and found is not None else None
+
+
+def device_inventory(opts: WiringOptions) -> DeviceInventory:
+    """The inventory a UFM or SONiC controller needs; WiringError when absent or invalid."""
+    from workflows.adapters.device_inventory import InventoryError, load_device_inventory
+
+    if opts.inventory_path is None:
+        raise WiringError(f"--controller {opts.controller} needs --inventory FILE (which "
+                          "management endpoint answers for each device, and its ports)")
+    try:
+        inv = load_device_inventory(opts.inventory_path)
+    except InventoryError as exc:
+        raise WiringError(f"--inventory {exc}") from None
+    kind = opts.controller
+    if not any(getattr(e, kind) is not None for e in inv.devices.values()):
+        raise WiringError(f"--inventory {opts.inventory_path}: no device has a {kind} entry")
+    return inv
+
+
+def build_controller(settings: Settings, opts: WiringOptions, records: RecordSink | None
+                     ) -> Controller:
+    """The UFM, SONiC or opensm controller (not the simulator's), secrets read now.
+
+    Called by ``check`` before anything connects, so a bad inventory or an unreadable
+    secret file is a clear start-up error, never a runbook's failure an hour later.
+    """
+    from workflows.adapters.device_inventory import InventoryError
+
+    sec = settings.secrets
+    try:
+        if opts.controller == "opensm":
+            from collectors.live.tools import ToolRunner
+            from workflows.adapters.opensm import OpensmController
+
+            m_key = _secret(sec.m_key, sec.m_key_file, "M_Key")
+            try:
+                return OpensmController(ToolRunner(ca=opts.ca), records=records, m_key=m_key,
+                                        topology=opts.topology)
+            except ValueError as exc:
+                raise WiringError(str(exc)) from None
+        inv = device_inventory(opts)
+        if opts.controller == "ufm":
+            from workflows.adapters.ufm import UfmController
+
+            return UfmController(inv, default_login=_settings_login(
+                sec.ufm_username, sec.ufm_password, sec.ufm_password_file, "UFM"))
+        from workflows.adapters.sonic import SonicController
+
+        return SonicController(inv, default_login=_settings_login(
+            sec.sonic_username, sec.sonic_password, sec.sonic_password_file, "SONiC"))
+    except InventoryError as exc:
+        raise WiringError(str(exc)) from None
+
+
+async def check(settings: Settings, opts: WiringOptions) -> None:
+    """Build (and close) the controller once: every WiringError before the worker starts."""
+    if opts.controller == "sim":
+        return
+    controller = build_controller(settings, opts, None)
+    close = getattr(controller, "aclose", None)
+    if close is not None:
+        await close()
 
 
 async def build_activities(settings: Settings, opts: WiringOptions, stack: AsyncExitStack
@@ -78,38 +153,15 @@ async def build_activities(settings: Settings, opts: WiringOptions, stack: Async
 
         evidence = FabricToolsEvidence(ca=opts.ca)
         checker = CommandChecker(opts.check_commands)
-        sec = settings.secrets
-        if opts.controller == "opensm":
-            from collectors.live.tools import ToolRunner
-            from workflows.adapters.opensm import OpensmChecker, OpensmController, OpensmEvidence
+        controller = build_controller(settings, opts, records)
+        close = getattr(controller, "aclose", None)
+        if close is not None:
+            stack.push_async_callback(close)
+        from workflows.adapters.opensm import OpensmChecker, OpensmController, OpensmEvidence
 
-            runner = ToolRunner(ca=opts.ca)
-            opensm = OpensmController(runner, records=records)
-            controller, evidence = opensm, OpensmEvidence(runner)
-            checker = OpensmChecker(opensm, checker)
-        elif opts.controller == "ufm":
-            from workflows.adapters.ufm import UfmController
-
-            if not opts.ufm_url or not sec.ufm_username:
-                raise WiringError("--controller ufm needs --ufm-url and "
-                                  "FABRICWATCH_SECRETS__UFM_USERNAME")
-            ufm = UfmController(opts.ufm_url, sec.ufm_username,
-                                _secret(sec.ufm_password, sec.ufm_password_file, "UFM password"),
-                                verify_tls=opts.verify_tls)
-            stack.push_async_callback(ufm.aclose)
-            controller = ufm
-        else:
-            from workflows.adapters.sonic import SonicController
-
-            if not opts.sonic_url or not sec.sonic_username:
-                raise WiringError("--controller sonic needs --sonic-url and "
-                                  "FABRICWATCH_SECRETS__SONIC_USERNAME")
-            sonic = SonicController(opts.sonic_url, sec.sonic_username,
-                                    _secret(sec.sonic_password, None, "SONiC password"),
-                                    interface_template=opts.sonic_interface_template,
-                                    verify_tls=opts.verify_tls)
-            stack.push_async_callback(sonic.aclose)
-            controller = sonic
+        if isinstance(controller, OpensmController):
+            evidence = OpensmEvidence(controller.runner)
+            checker = OpensmChecker(controller, checker)
     if opts.counters_from_ledger:
         from workflows.adapters.ledger_checks import LedgerCountersChecker
 

@@ -1,7 +1,8 @@
 """``fabricwatch lab``: ibsim + the real opensm on this machine, driven by contract device names.
 
-``lab up --topology FILE`` starts ibsim with the net file (ibnetdiscover format, e.g. from
-``fabricwatch sim topology``) and opensm against it, state and logs in ``<state_dir>/lab``;
+``lab up --topology FILE [--m-key]`` starts ibsim with the net file (ibnetdiscover format,
+e.g. from ``fabricwatch sim topology``) and opensm against it (with the settings' M_Key and
+protection level 2 with ``--m-key``), state and logs in ``<state_dir>/lab``;
 ``lab down`` stops both; ``lab status`` says whether they run. ``lab inject`` writes ibsim
 console commands: ``flap DEVICE:PORT [--count N --every S]``, ``unlink``/``relink``/``reseat
 DEVICE:PORT``, ``swap DEVICE:PORT DEVICE:PORT``, ``counters DEVICE:PORT NAME=VALUE...``
@@ -63,11 +64,30 @@ def lab() -> None:
                                                          path_type=Path), required=True,
               help="net file in ibnetdiscover format")
 @click.option("--timeout", type=float, default=60.0, show_default=True)
+@click.option("--m-key/--no-m-key", "use_m_key", default=False, show_default=True,
+              help="Configure opensm with the M_Key of the settings "
+                   "(FABRICWATCH_SECRETS__M_KEY_FILE), as the runbook worker reads it.")
+@click.option("--m-key-protection", type=click.IntRange(0, 3), default=2, show_default=True,
+              help="opensm's m_key_protection_level with --m-key.")
 @click.pass_context
-def up(ctx: click.Context, topology: Path, timeout: float) -> None:
+def up(ctx: click.Context, topology: Path, timeout: float, use_m_key: bool,
+       m_key_protection: int) -> None:
     """Start ibsim with TOPOLOGY and opensm against it."""
+    from fabricwatch.settings import SecretFileError, read_secret
+
     stack = _lab(ctx)
-    _run(lambda: stack.up(topology, timeout_s=timeout))
+    m_key = None
+    if use_m_key:
+        settings: Settings = ctx.obj if isinstance(ctx.obj, Settings) else load_settings()
+        try:
+            m_key = read_secret(settings.secrets.m_key, settings.secrets.m_key_file, "M_Key")
+        except SecretFileError as exc:
+            raise click.UsageError(str(exc)) from None
+        if m_key is None:
+            raise click.UsageError("--m-key: FABRICWATCH_SECRETS__M_KEY_FILE (or __M_KEY) "
+                                   "is not set")
+    _run(lambda: stack.up(topology, timeout_s=timeout, m_key=m_key,
+                          m_key_protection_level=m_key_protection))
 
 
 @lab.command("down")

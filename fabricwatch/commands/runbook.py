@@ -295,8 +295,12 @@ def budget_command(su: str | None) -> None:
                    "ledger's sink (when another process owns the embedded ledger).")
 @click.option("--sim-state", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="The simulator's state folder (default: STATE_DIR/sim).")
-@click.option("--ufm-url", default=None)
-@click.option("--sonic-url", default=None)
+@click.option("--inventory", "inventory_path", type=click.Path(path_type=Path, dir_okay=False),
+              default=None,
+              help="Device inventory (YAML, or JSON by its .json suffix) for --controller "
+                   "ufm|sonic: each device's UFM GUID and ports or SONiC RESTCONF URL and "
+                   "interface names, credentials by reference to secret files. A device or "
+                   "port it does not list is refused.")
 @click.option("--ticket-webhook", default=None, help="POST ticket operations here.")
 @click.option("--k8s/--no-k8s", default=False, show_default=True,
               help="Label and taint nodes through the Kubernetes API.")
@@ -317,7 +321,7 @@ def budget_command(su: str | None) -> None:
 @click.option("--loglevel", type=click.Choice(["debug", "info", "warning", "error"]),
               default="info", show_default=True)
 def runbook_worker_command(policy_path: Path | None, controller: str, records: str,
-                           sim_state: Path | None, ufm_url: str | None, sonic_url: str | None,
+                           sim_state: Path | None, inventory_path: Path | None,
                            ticket_webhook: str | None, k8s: bool, kubeconfig: str | None,
                            topology_path: Path | None, counters_check: str, dispatch: bool,
                            audit_plan: Path | None, audit_discovered: Path | None,
@@ -345,9 +349,15 @@ def runbook_worker_command(policy_path: Path | None, controller: str, records: s
             raise _fail(f"--topology {topology_path}: {exc}") from None
         inventory.load(topo)
     opts = WiringOptions(controller=controller, records=records,  # type: ignore[arg-type]
-                         sim_state_dir=sim_state, ufm_url=ufm_url, sonic_url=sonic_url,
-                         ticket_webhook=ticket_webhook, k8s=k8s, kubeconfig=kubeconfig,
-                         counters_from_ledger=counters_check == "ledger")
+                         sim_state_dir=sim_state, inventory_path=inventory_path,
+                         topology=inventory, ticket_webhook=ticket_webhook, k8s=k8s,
+                         kubeconfig=kubeconfig, counters_from_ledger=counters_check == "ledger")
+    from workflows.wiring import check
+
+    try:  # a bad inventory, M_Key or secret file: exit 2 now, before anything connects
+        asyncio.run(check(settings, opts))
+    except WiringError as exc:
+        raise _fail(str(exc)) from None
     logging.basicConfig(level=loglevel.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     policy_text = path.read_text(encoding="utf-8") if path is not None else None

@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import SecretStr
+
 from collectors.ibnetdiscover import NodeType, device_name
 from collectors.live.tools import ToolRunner
 
@@ -173,8 +175,19 @@ class LabStack:
     # ------------------------------------------------------------------ lifecycle
 
     def up(self, netfile: Path, *, timeout_s: float = 60.0,
-           limits: dict[str, int] | None = None) -> dict[str, Any]:
-        """Start ibsim and opensm; return the status once opensm logged SUBNET UP."""
+           limits: dict[str, int] | None = None, m_key: SecretStr | None = None,
+           m_key_protection_level: int = 2) -> dict[str, Any]:
+        """Start ibsim and opensm; return the status once opensm logged SUBNET UP.
+
+        With ``m_key``, opensm sets that M_Key on every port with the protection level given
+        (2: a Get answers with the key zeroed, a Set without the key is dropped), as a fabric
+        that passes the audit's OSM001 runs. opensm.conf holds the key, so it is mode 0600.
+        """
+        if m_key is not None:
+            if not re.fullmatch(r"0x[0-9a-fA-F]{1,16}", m_key.get_secret_value()):
+                raise LabError("the M_Key is 0x followed by up to 16 hex digits")
+            if m_key_protection_level not in (0, 1, 2, 3):
+                raise LabError("m_key_protection_level is 0..3")
         for tool in (self.ibsim, self.opensm):
             if shutil.which(tool) is None:
                 raise LabError(f"{tool} is not installed (make lab-deps installs ibsim-utils, "
@@ -228,8 +241,15 @@ class LabStack:
         try:
             self._wait_for(self.ibsim_log, b"sim>", ibsim, timeout_s, "ibsim")
             conf = self.dir / "opensm.conf"
-            conf.write_text("# fabricwatch lab: flush each line so the follower sees it now\n"
-                            "force_log_flush TRUE\n", encoding="utf-8")
+            lines = ["# fabricwatch lab: flush each line so the follower sees it now",
+                     "force_log_flush TRUE"]
+            if m_key is not None:
+                lines += [f"m_key {m_key.get_secret_value()}",
+                          f"m_key_protection_level {int(m_key_protection_level)}",
+                          "m_key_lease_period 0"]
+            fd = os.open(conf, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as out_conf:
+                out_conf.write("\n".join(lines) + "\n")
             tool_env = dict(os.environ)
             tool_env.update(self.env(sock))
             with open(self.dir / "opensm.out", "wb") as out:

@@ -12,6 +12,19 @@ For a fabric managed by opensm (no UFM), from a host with infiniband-diags:
   the adapter reads them and writes them to the record sink (an ``EvidenceRecord``
   ``perfquery_before_reset``) and, when that write fails, does not reset.
 
+On a fabric whose SM protects PortInfo with an M_Key (``m_key`` and
+``m_key_protection_level`` in opensm.conf, as the audit's OSM001 asks), a Set without the key
+is dropped by the port. The key (``FABRICWATCH_SECRETS__M_KEY_FILE``, or ``__M_KEY``) is
+passed to ``ibportstate`` as ``-y KEY``, the only way infiniband-diags 44 takes it without a
+terminal (its prompt form, ``-y x``, fails when stdin is not a tty). It is in that one argument
+list and nowhere else: every message, error and recorded argv shows ``-y ****``, and tool
+output is scrubbed of it. (The argument is visible in ``/proc/PID/cmdline`` to processes that
+can read this one's, for the second the tool runs: run the worker in its own container.)
+``perfquery`` is a performance-management MAD, which the M_Key does not cover.
+
+With a topology (``topology``: the runbook worker's inventory, which ``fabric.topology``
+keeps current), a port the fabric does not have is refused before any tool runs.
+
 The LID is the switch's (for a switch port) or the HCA port's own, as the inventory puts it
 in ``PortRef.lid``; every value is validated (``check_lid``, ``check_port``) before it
 reaches an argument list; there is no shell. ``OpensmChecker`` answers the
@@ -24,6 +37,9 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Sequence
+from typing import Protocol
+
+from pydantic import SecretStr
 
 from collectors.ibdiags import parse_perfquery
 from collectors.live.tools import ToolRunner, check_lid, check_port
@@ -44,11 +60,39 @@ ERROR_COUNTERS = ("symbol_errors", "link_error_recovery", "link_downed", "rcv_er
                   "excessive_buffer_overrun")
 
 
+_MKEY = re.compile(r"^(?:0x[0-9a-fA-F]{1,16}|[0-9]{1,20})$")
+MASK = "****"
+
+
 def _target(port: PortRef) -> tuple[str, str]:
     try:
         return str(check_lid(port.lid)), str(check_port(port.port))
     except ValueError as exc:
         raise AdapterRejected(f"{port.key}: {exc}") from None
+
+
+def check_m_key(key: SecretStr) -> SecretStr:
+    """An M_Key as ibportstate reads it: 0x and up to 16 hex digits, or decimal (64 bits)."""
+    text = key.get_secret_value().strip()
+    if not _MKEY.match(text) or int(text, 0) >= 1 << 64:
+        raise ValueError("the M_Key is not 0x followed by up to 16 hex digits (nor a 64-bit "
+                         "decimal); its value is not shown")
+    return SecretStr(text)
+
+
+def mask_argv(argv: Sequence[str]) -> list[str]:
+    """``argv`` with the value after ``-y`` / ``--m_key`` replaced by ``****``."""
+    out = list(argv)
+    for i, arg in enumerate(out[:-1]):
+        if arg in ("-y", "--m_key"):
+            out[i + 1] = MASK
+    return out
+
+
+class PortDirectory(Protocol):
+    """The fabric's ports as known now; None while no topology has been seen."""
+
+    def has_port(self, device: str, port: int) -> bool | None: ...
 
 
 class OpensmController:
@@ -57,18 +101,48 @@ class OpensmController:
     name = "opensm"
 
     def __init__(self, runner: ToolRunner, *, records: RecordSink | None = None,
-                 timeout_s: float = 30.0) -> None:
+                 timeout_s: float = 30.0, m_key: SecretStr | None = None,
+                 topology: PortDirectory | None = None) -> None:
         self.runner = runner
         self.records = records
         self.timeout_s = timeout_s
+        self._m_key = check_m_key(m_key) if m_key is not None else None
+        self.topology = topology
+
+    def _smp_args(self) -> list[str]:
+        """Arguments of a subnet-management MAD: the local HCA, and the M_Key if set."""
+        key = ["-y", self._m_key.get_secret_value()] if self._m_key is not None else []
+        return [*self.runner.local_args(), *key]
+
+    def _scrub(self, text: str) -> str:
+        if self._m_key is None:
+            return text
+        raw = self._m_key.get_secret_value()
+        value = int(raw, 0)
+        forms = {raw, hex(value), f"0x{value:016x}"}
+        if value >= 1000:  # a decimal form short enough to be any number is left alone
+            forms.add(str(value))
+        for form in sorted(forms, key=len, reverse=True):
+            text = re.sub(re.escape(form), MASK, text, flags=re.IGNORECASE)
+        return text
+
+    def _where(self, argv: Sequence[str]) -> str:
+        return " ".join(mask_argv(argv))
+
+    def _target(self, port: PortRef) -> tuple[str, str]:
+        known = self.topology.has_port(port.device, port.port) if self.topology else None
+        if known is False:
+            raise AdapterRejected(f"{port.key}: the fabric's topology has no such port")
+        return _target(port)
 
     async def _tool(self, argv: list[str]) -> str:
         res = await self.runner.run(argv, self.timeout_s)
         if res.exit_code is None:
-            raise AdapterError(f"{argv[0]}: {res.stderr.strip() or 'did not finish'}")
+            raise AdapterError(f"{argv[0]}: "
+                               f"{self._scrub(res.stderr.strip()) or 'did not finish'}")
         if res.exit_code != 0:
-            raise AdapterError(f"{' '.join(argv)}: exit {res.exit_code}: "
-                               f"{res.stderr.strip()[-300:]}")
+            raise AdapterError(f"{self._where(argv)}: exit {res.exit_code}: "
+                               f"{self._scrub(res.stderr.strip()[-300:])}")
         return res.stdout
 
     async def phys_state(self, port: PortRef) -> str:
@@ -78,20 +152,19 @@ class OpensmController:
         (ibsim answers no directed route from a LID-routed start), so the port's own block is
         what counts, whatever the exit code.
         """
-        lid, num = _target(port)
-        argv = ["ibportstate", *self.runner.local_args(), lid, num, "query"]
+        lid, num = self._target(port)
+        argv = ["ibportstate", *self._smp_args(), lid, num, "query"]
         res = await self.runner.run(argv, self.timeout_s)
         m = _PHYS.search(res.stdout)
         if m is None:
-            raise AdapterError(f"{' '.join(argv)}: no PhysLinkState (exit {res.exit_code}): "
-                               f"{res.stderr.strip()[-300:]}")
+            raise AdapterError(f"{self._where(argv)}: no PhysLinkState (exit {res.exit_code}):"
+                               f" {self._scrub(res.stderr.strip()[-300:])}")
         return m.group(1)
 
     async def _set(self, port: PortRef, op: str) -> None:
         # The exit code is not the verdict (see phys_state): the query after it is.
-        lid, num = _target(port)
-        await self.runner.run(["ibportstate", *self.runner.local_args(), lid, num, op],
-                              self.timeout_s)
+        lid, num = self._target(port)
+        await self.runner.run(["ibportstate", *self._smp_args(), lid, num, op], self.timeout_s)
 
     async def is_isolated(self, port: PortRef) -> bool:
         return (await self.phys_state(port)).lower() == "disabled"
@@ -113,7 +186,7 @@ class OpensmController:
         return True
 
     async def reset_counters(self, port: PortRef) -> None:
-        lid, num = _target(port)
+        lid, num = self._target(port)
         local = self.runner.local_args()
         before = await self._tool(["perfquery", *local, lid, num])
         before += await self._tool(["perfquery", *local, "-x", lid, num])
@@ -130,10 +203,11 @@ class OpensmController:
         await self._tool(["perfquery", *local, "-R", lid, num])
 
     async def repair_step(self, port: PortRef, rung: str) -> bool | None:
+        self._target(port)
         return None  # a technician does the rung; the checks judge it
 
     async def counters(self, port: PortRef) -> dict[str, int | None]:
-        lid, num = _target(port)
+        lid, num = self._target(port)
         text = await self._tool(["perfquery", *self.runner.local_args(), lid, num])
         events = parse_perfquery(text, fabric=port.fabric, ts=int(time.time() * 1000),
                                  device=port.device)

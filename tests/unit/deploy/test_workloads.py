@@ -224,3 +224,36 @@ def test_every_fabricwatch_command_line_parses(overlay: str) -> None:
             ctx = _resolve(main, args)
             seen.add(ctx.command.name)
     assert seen == {"worker", "runbook-worker", "ibdiags", "opensm"}
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_runbook_controller_reads_a_valid_inventory_with_no_secrets(overlay: str) -> None:
+    from workflows.adapters.device_inventory import DeviceInventory
+
+    docs = build(overlay)
+    [inv_map] = [d for d in find(docs, "ConfigMap")
+                 if d["metadata"]["name"].startswith("fabricwatch-inventory-")]
+    text = inv_map["data"]["inventory.yaml"]
+    inventory = DeviceInventory.model_validate(yaml.safe_load(text))  # the loader's model
+    assert any(e.ufm is not None for e in inventory.devices.values())
+    assert not re.search(r"^\s*(password|token)\s*:", text, re.MULTILINE)
+    workers = 0
+    for workload, spec in pod_specs(docs):
+        for c in spec["containers"]:
+            if c.get("args", [None])[0] != "runbook-worker":
+                continue
+            workers += 1
+            path = c["args"][c["args"].index("--inventory") + 1]
+            mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
+            volumes = {v["name"]: v for v in spec["volumes"]}
+            [name] = [n for n, v in volumes.items()
+                      if v.get("configMap", {}).get("name") == inv_map["metadata"]["name"]]
+            assert path == f"{mounts[name]}/inventory.yaml", workload["metadata"]["name"]
+    assert workers == 2
+
+
+def test_the_runbook_role_can_replace_nodes_and_nothing_more() -> None:
+    docs = build("k8s/overlays/100k")
+    role = one(docs, "ClusterRole", "fabricwatch-runbooks-nodes")
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"],
+                              "verbs": ["get", "list", "update"]}]

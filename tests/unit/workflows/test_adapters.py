@@ -1,23 +1,22 @@
 """Adapters against loopback HTTP servers that follow each product's documented API:
-UFM's unhealthy-ports REST API, SONiC's RESTCONF interface admin state, the Kubernetes node
-API (through the official client), and the ticket webhook. The servers check what they are
+UFM's unhealthy-ports REST API, SONiC's RESTCONF interface admin state and the ticket
+webhook (the Kubernetes fencer: test_k8s_fencer.py). The servers check what they are
 sent (paths, bodies, auth) the way the product would, so a wrong request fails the test."""
 
 from __future__ import annotations
 
-import base64
-import threading
-from collections.abc import AsyncIterator, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 from aiohttp import web
+from fakes.rest_apis import FakeSonic, FakeUfm, serve
 from pydantic import SecretStr
 
 from workflows.adapters.base import AdapterError, AdapterRejected
-from workflows.adapters.k8s import TAINT_KEY, K8sNodeFencer, rail_label
+from workflows.adapters.device_inventory import DeviceInventory, load_device_inventory
 from workflows.adapters.sonic import SonicController
 from workflows.adapters.ticket import WebhookTicketing
 from workflows.adapters.ufm import UfmController, ufm_port_name
@@ -27,96 +26,81 @@ GUID = "0x248a0703002e628e"
 PORT = PortRef(fabric="lab", device="leaf-su01-r1", port=17, guid=GUID, su="su01", rail=1)
 
 
-async def serve(app: web.Application) -> tuple[web.AppRunner, str]:
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    return runner, f"http://127.0.0.1:{port}"
-
-
-def basic(user: str, password: str) -> str:
-    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+def write_inventory(tmp: Path, body: dict[str, Any]) -> DeviceInventory:
+    (tmp / "ufm-password").write_text("s3cret\n")
+    (tmp / "sonic-password").write_text("YourPaSsWoRd\n")
+    body = {"credentials": {
+        "ufm-api": {"username": "admin", "password_file": str(tmp / "ufm-password")},
+        "sonic-admin": {"username": "admin", "password_file": str(tmp / "sonic-password")}},
+        **body}
+    path = tmp / "inventory.json"
+    path.write_bytes(orjson.dumps(body, option=orjson.OPT_NON_STR_KEYS))
+    return load_device_inventory(path)
 
 
 # --- UFM ------------------------------------------------------------------------------------
 
-class FakeUfm:
-    """UFM's unhealthy ports: GET list (v1 path), PUT changes (v2 path), basic auth."""
-
-    def __init__(self) -> None:
-        self.unhealthy: set[str] = set()
-        self.puts: list[dict[str, Any]] = []
-
-    def app(self) -> web.Application:
-        app = web.Application()
-        app.router.add_get("/ufmRest/app/unhealthy_ports", self.list)
-        app.router.add_put("/ufmRestV2/app/unhealthy_ports", self.change)
-        return app
-
-    def _auth(self, request: web.Request) -> None:
-        if request.headers.get("Authorization") != basic("admin", "s3cret"):
-            raise web.HTTPUnauthorized()
-
-    async def list(self, request: web.Request) -> web.Response:
-        self._auth(request)
-        return web.json_response([
-            {"UnhealthyGUID": name.split("_")[0], "UnhealthyPortNumber": int(name.split("_")[1]),
-             "PeerGUID": "248a070300f88fe0", "Condition": "MANUAL", "State": "Info"}
-            for name in sorted(self.unhealthy)])
-
-    async def change(self, request: web.Request) -> web.Response:
-        self._auth(request)
-        body = await request.json()
-        self.puts.append(body)
-        if body.get("ports_policy") == "UNHEALTHY":
-            if body.get("action") != "isolate":
-                return web.json_response({"error": "unsupported action"}, status=400)
-            self.unhealthy.update(body["ports"])
-        elif body.get("ports_policy") == "HEALTHY":
-            self.unhealthy.difference_update(body["ports"])
-        else:
-            return web.json_response({"error": "bad ports_policy"}, status=400)
-        return web.Response(status=200)
-
-
 @pytest.fixture
-async def ufm() -> AsyncIterator[tuple[FakeUfm, str]]:
-    fake = FakeUfm()
+async def ufm(tmp_path: Path) -> AsyncIterator[tuple[FakeUfm, UfmController]]:
+    fake = FakeUfm({f"248a0703002e628e_{p}" for p in range(1, 41)})
     runner, url = await serve(fake.app())
-    yield fake, url
+    inv = write_inventory(tmp_path, {
+        "ufm": {"default": {"url": url, "credentials": "ufm-api"}},
+        "devices": {"leaf-su01-r1": {"ufm": {"guid": GUID, "ports": "1-40"}}}})
+    ctl = UfmController(inv)
+    yield fake, ctl
+    await ctl.aclose()
     await runner.cleanup()
 
 
-async def test_ufm_isolate_is_idempotent_and_follows_the_api(ufm: tuple[FakeUfm, str]) -> None:
-    fake, url = ufm
-    ctl = UfmController(url, "admin", SecretStr("s3cret"))
-    try:
-        assert not await ctl.is_isolated(PORT)
-        assert await ctl.isolate(PORT) is True
-        assert await ctl.isolate(PORT) is False  # a retry changes nothing
-        assert fake.puts == [{"ports": ["248a0703002e628e_17"], "ports_policy": "UNHEALTHY",
-                              "action": "isolate"}]
-        assert await ctl.is_isolated(PORT)
-        assert await ctl.unisolate(PORT) is True
-        assert await ctl.unisolate(PORT) is False
-        assert fake.puts[-1] == {"ports": ["248a0703002e628e_17"], "ports_policy": "HEALTHY"}
-        assert not await ctl.is_isolated(PORT)
-    finally:
-        await ctl.aclose()
+async def test_ufm_isolate_is_idempotent_and_follows_the_api(
+        ufm: tuple[FakeUfm, UfmController]) -> None:
+    fake, ctl = ufm
+    assert not await ctl.is_isolated(PORT)
+    assert await ctl.isolate(PORT) is True
+    assert await ctl.isolate(PORT) is False  # a retry changes nothing
+    assert fake.puts == [{"ports": ["248a0703002e628e_17"], "ports_policy": "UNHEALTHY",
+                          "action": "isolate"}]
+    assert await ctl.is_isolated(PORT)
+    assert await ctl.unisolate(PORT) is True
+    assert await ctl.unisolate(PORT) is False
+    assert fake.puts[-1] == {"ports": ["248a0703002e628e_17"], "ports_policy": "HEALTHY"}
+    assert not await ctl.is_isolated(PORT)
+    # the inventory's GUID is used when the topology gave none
+    assert await ctl.isolate(PORT.model_copy(update={"guid": None, "port": 3})) is True
+    assert "248a0703002e628e_3" in fake.unhealthy
 
 
-async def test_ufm_wrong_password_is_a_rejection_without_the_secret(
-        ufm: tuple[FakeUfm, str]) -> None:
-    _, url = ufm
-    ctl = UfmController(url, "admin", SecretStr("wrong-password-xyz"))
+async def test_ufm_refuses_what_the_inventory_does_not_list(
+        ufm: tuple[FakeUfm, UfmController]) -> None:
+    fake, ctl = ufm
+    cases = {
+        "not a UFM device in the inventory": PORT.model_copy(update={"device": "leaf-x"}),
+        "not one of leaf-su01-r1's ports": PORT.model_copy(update={"port": 41}),
+        "is not the inventory's": PORT.model_copy(update={"guid": "0x248a0703002e6200"}),
+    }
+    for why, port in cases.items():
+        for call in (ctl.isolate, ctl.unisolate, ctl.is_isolated, ctl.reset_counters):
+            with pytest.raises(AdapterRejected, match=why):
+                await call(port)
+    assert fake.puts == []  # refused before any request
+
+
+async def test_ufm_wrong_password_is_a_rejection_without_the_secret(tmp_path: Path) -> None:
+    fake = FakeUfm({"248a0703002e628e_17"})
+    runner, url = await serve(fake.app())
+    inv = write_inventory(tmp_path, {
+        "ufm": {"default": {"url": url}},
+        "devices": {"leaf-su01-r1": {"ufm": {"guid": GUID, "ports": [17]}}}})
+    # no credentials in the inventory: the settings' secrets (here a wrong one) are used
+    ctl = UfmController(inv, default_login=("admin", SecretStr("wrong-password-xyz")))
     try:
         with pytest.raises(AdapterRejected) as info:
             await ctl.isolate(PORT)
         assert "401" in str(info.value) and "wrong-password-xyz" not in str(info.value)
     finally:
         await ctl.aclose()
+        await runner.cleanup()
 
 
 def test_ufm_port_names() -> None:
@@ -128,8 +112,11 @@ def test_ufm_port_names() -> None:
             ufm_port_name(PORT.model_copy(update={"guid": guid}))
 
 
-async def test_ufm_unreachable_is_retryable() -> None:
-    ctl = UfmController("http://127.0.0.1:9", "admin", SecretStr("x"), timeout_s=2)
+async def test_ufm_unreachable_is_retryable(tmp_path: Path) -> None:
+    inv = write_inventory(tmp_path, {
+        "ufm": {"default": {"url": "http://127.0.0.1:9", "credentials": "ufm-api"}},
+        "devices": {"leaf-su01-r1": {"ufm": {"guid": GUID, "ports": [17]}}}})
+    ctl = UfmController(inv, timeout_s=2)
     try:
         with pytest.raises(AdapterError) as info:
             await ctl.isolate(PORT)
@@ -140,178 +127,72 @@ async def test_ufm_unreachable_is_retryable() -> None:
 
 # --- SONiC ----------------------------------------------------------------------------------
 
-class FakeSonic:
-    """RESTCONF openconfig-interfaces admin state of a SONiC switch."""
-
-    PREFIX = "/restconf/data/openconfig-interfaces:interfaces/interface="
-
-    def __init__(self) -> None:
-        self.enabled: dict[str, bool] = {"Ethernet17": True}
-        self.patches: list[tuple[str, Any]] = []
-
-    def app(self) -> web.Application:
-        app = web.Application()
-        app.router.add_route("*", "/{tail:.*}", self.handle)
-        return app
-
-    async def handle(self, request: web.Request) -> web.Response:
-        if request.headers.get("Authorization") != basic("admin", "YourPaSsWoRd"):
-            return web.Response(status=401)
-        path = request.path
-        if not path.startswith(self.PREFIX) or not path.endswith("/config/enabled"):
-            return web.json_response({"ietf-restconf:errors": {}}, status=404)
-        name = path[len(self.PREFIX):-len("/config/enabled")]
-        if name not in self.enabled:
-            return web.json_response({"ietf-restconf:errors": {}}, status=404)
-        if request.method == "GET":
-            return web.json_response({"openconfig-interfaces:enabled": self.enabled[name]})
-        if request.method == "PATCH":
-            assert request.headers["Content-Type"] == "application/yang-data+json"
-            body = await request.json()
-            self.patches.append((name, body))
-            self.enabled[name] = bool(body["openconfig-interfaces:enabled"])
-            return web.Response(status=204)
-        return web.Response(status=405)
-
-
-async def test_sonic_shutdown_and_startup() -> None:
-    fake = FakeSonic()
-    runner, url = await serve(fake.app())
-    ctl = SonicController(url, "admin", SecretStr("YourPaSsWoRd"))
+async def test_sonic_aims_at_the_inventorys_switch_and_interface(tmp_path: Path) -> None:
+    """Two switches, both with an "Ethernet8": only the one the inventory names is shut."""
+    r1 = FakeSonic({"Ethernet0", "Ethernet8", "Ethernet64"})
+    r3 = FakeSonic({"Ethernet0", "Ethernet8", "Ethernet32"}, password="other-pass")
+    run1, url1 = await serve(r1.app())
+    run3, url3 = await serve(r3.app())
+    (tmp_path / "r3-password").write_text("other-pass")
+    inv = write_inventory(tmp_path, {
+        "credentials": {
+            "sonic-admin": {"username": "admin",
+                            "password_file": str(tmp_path / "sonic-password")},
+            "r3": {"username": "admin", "password_file": str(tmp_path / "r3-password")}},
+        "devices": {
+            "leaf-su02-r1": {"sonic": {"url": url1, "credentials": "sonic-admin",
+                                       "interfaces": {"17": "Ethernet64"}}},
+            "leaf-su02-r3": {"sonic": {"url": url3, "credentials": "r3",
+                                       "interfaces": {8: "Ethernet32"}}},
+            "leaf-su02-r5": {"sonic": {"url": url1, "credentials": "sonic-admin",
+                                       "interface_template": "Ethernet{port}",
+                                       "ports": "1-8"}}}})
+    ctl = SonicController(inv)
+    port = PortRef(fabric="roce", device="leaf-su02-r3", port=8)
     try:
-        assert await ctl.isolate(PORT) is True
-        assert await ctl.isolate(PORT) is False
-        assert fake.patches == [("Ethernet17", {"openconfig-interfaces:enabled": False})]
-        assert await ctl.is_isolated(PORT)
-        assert await ctl.unisolate(PORT) is True
-        assert fake.enabled["Ethernet17"] is True
-        with pytest.raises(AdapterRejected):  # 404: no such interface
-            await ctl.isolate(PORT.model_copy(update={"port": 99}))
-        bad = SonicController(url, "admin", SecretStr("x"), interface_template="Eth{device}")
-        with pytest.raises(AdapterRejected):  # a device name is not an interface name
-            bad.interface(PORT.model_copy(update={"device": "a b;c"}))
-        await bad.aclose()
+        assert ctl.interface(port) == "Ethernet32"
+        assert await ctl.isolate(port) is True
+        assert await ctl.isolate(port) is False
+        assert r3.patches == [("Ethernet32", {"openconfig-interfaces:enabled": False})]
+        assert r1.patches == [] and r3.enabled["Ethernet8"] is True  # not a guessed name
+        assert await ctl.is_isolated(port)
+        assert await ctl.unisolate(port) is True and r3.enabled["Ethernet32"] is True
+        other = PortRef(fabric="roce", device="leaf-su02-r1", port=17)
+        assert await ctl.isolate(other) is True and r1.enabled["Ethernet64"] is False
+        # the explicit per-device template
+        templ = PortRef(fabric="roce", device="leaf-su02-r5", port=8)
+        assert ctl.interface(templ) == "Ethernet8"
+        assert await ctl.isolate(templ) is True and r1.enabled["Ethernet8"] is False
+        before = (list(r1.patches), list(r3.patches))
+        for bad, why in ((PortRef(fabric="roce", device="leaf-su02-r3", port=9),
+                          "names no interface for port 9"),
+                         (PortRef(fabric="roce", device="leaf-su02-r5", port=9),
+                          "names no interface for port 9"),
+                         (PortRef(fabric="roce", device="leaf-su09-r1", port=1),
+                          "not a SONiC device in the inventory")):
+            for call in (ctl.isolate, ctl.unisolate, ctl.is_isolated, ctl.reset_counters):
+                with pytest.raises(AdapterRejected, match=why):
+                    await call(bad)
+        assert (r1.patches, r3.patches) == before  # refused before any request
+    finally:
+        await ctl.aclose()
+        await run1.cleanup()
+        await run3.cleanup()
+
+
+async def test_sonic_interface_the_switch_lacks_is_a_rejection(tmp_path: Path) -> None:
+    """The inventory names an interface the switch does not have: RESTCONF 404, no retry."""
+    sw = FakeSonic({"Ethernet0"})
+    runner, url = await serve(sw.app())
+    inv = write_inventory(tmp_path, {"devices": {"leaf-su01-r1": {"sonic": {
+        "url": url, "credentials": "sonic-admin", "interfaces": {17: "Ethernet68"}}}}})
+    ctl = SonicController(inv)
+    try:
+        with pytest.raises(AdapterRejected, match="404"):
+            await ctl.isolate(PORT)
     finally:
         await ctl.aclose()
         await runner.cleanup()
-
-
-# --- Kubernetes -----------------------------------------------------------------------------
-
-class FakeKubeApi(BaseHTTPRequestHandler):
-    """GET/PATCH /api/v1/nodes/{name} with RFC 6902 JSON Patch, including the ``test`` op."""
-
-    nodes: dict[str, dict[str, Any]] = {}
-    patches: list[Any] = []
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-    def _send(self, code: int, body: Any) -> None:
-        raw = orjson.dumps(body)
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(raw)))
-        self.end_headers()
-        self.wfile.write(raw)
-
-    def _node(self) -> tuple[str, dict[str, Any] | None]:
-        name = self.path.split("?")[0].rsplit("/", 1)[-1]
-        return name, self.nodes.get(name)
-
-    def do_GET(self) -> None:  # noqa: N802
-        name, node = self._node()
-        if node is None:
-            self._send(404, {"kind": "Status", "code": 404, "reason": "NotFound"})
-        else:
-            self._send(200, node)
-
-    def do_PATCH(self) -> None:  # noqa: N802
-        name, node = self._node()
-        if node is None:
-            self._send(404, {"kind": "Status", "code": 404})
-            return
-        if self.headers["Content-Type"] != "application/json-patch+json":
-            self._send(415, {"kind": "Status", "code": 415})
-            return
-        ops = orjson.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self.patches.append(ops)
-        for op in ops:
-            parts = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].split("/")[1:]]
-            parent = node
-            for p in parts[:-1]:
-                parent = parent.setdefault(p, {})
-            if op["op"] == "test":
-                if parent.get(parts[-1]) != op["value"]:
-                    self._send(422, {"kind": "Status", "code": 422})
-                    return
-            elif op["op"] == "add":
-                parent[parts[-1]] = op["value"]
-            elif op["op"] == "remove":
-                del parent[parts[-1]]
-        node["metadata"]["resourceVersion"] = str(int(node["metadata"]["resourceVersion"]) + 1)
-        self._send(200, node)
-
-
-@pytest.fixture
-def kube() -> Iterator[str]:
-    FakeKubeApi.nodes = {"node0001": {
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": "node0001", "resourceVersion": "7", "labels": {"zone": "a"}},
-        "spec": {"taints": [{"key": "other", "value": "x", "effect": "NoExecute"}]}}}
-    FakeKubeApi.patches = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeKubeApi)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
-
-
-def core_api(url: str) -> Any:
-    from kubernetes import client
-
-    cfg = client.Configuration()
-    cfg.host = url
-    return client.CoreV1Api(client.ApiClient(cfg))
-
-
-async def test_k8s_label_and_taint_the_rail(kube: str) -> None:
-    fencer = K8sNodeFencer(core_api(kube))
-    node = FakeKubeApi.nodes["node0001"]
-    assert await fencer.fence("node0001", 3, "leaf-su01-r3:17 isolated") is True
-    assert node["metadata"]["labels"] == {"zone": "a", rail_label(3): "true"}
-    assert {"key": TAINT_KEY, "value": "rail-3", "effect": "NoSchedule"} in node["spec"]["taints"]
-    assert {"key": "other", "value": "x", "effect": "NoExecute"} in node["spec"]["taints"]
-    assert await fencer.fence("node0001", 3, "again") is False  # idempotent
-    assert len(FakeKubeApi.patches) == 1
-    assert FakeKubeApi.patches[0][0] == {"op": "test", "path": "/metadata/resourceVersion",
-                                         "value": "7"}
-    assert await fencer.unfence("node0001", 3) is True
-    assert node["metadata"]["labels"] == {"zone": "a"}
-    assert node["spec"]["taints"] == [{"key": "other", "value": "x", "effect": "NoExecute"}]
-    assert await fencer.unfence("node0001", 3) is False
-    with pytest.raises(AdapterRejected):
-        await fencer.fence("nope", 1, "x")  # 404
-    with pytest.raises(AdapterRejected):
-        await fencer.fence("Bad_Name;", 1, "x")  # not a node name: never sent
-
-
-async def test_k8s_concurrent_change_is_retryable(kube: str) -> None:
-    fencer = K8sNodeFencer(core_api(kube))
-    original = FakeKubeApi.do_GET
-
-    def stale_get(self: FakeKubeApi) -> None:  # someone changed the node after our read
-        original(self)
-        FakeKubeApi.nodes["node0001"]["metadata"]["resourceVersion"] = "99"
-
-    FakeKubeApi.do_GET = stale_get  # type: ignore[method-assign]
-    try:
-        with pytest.raises(AdapterError) as info:
-            await fencer.fence("node0001", 2, "x")
-        assert not isinstance(info.value, AdapterRejected) and "422" in str(info.value)
-    finally:
-        FakeKubeApi.do_GET = original  # type: ignore[method-assign]
 
 
 # --- ticket webhook -------------------------------------------------------------------------

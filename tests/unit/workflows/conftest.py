@@ -1,0 +1,6 @@
+"""The loopback product fakes in tests/fakes, importable as ``fakes``."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
