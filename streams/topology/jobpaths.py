@@ -410,3 +410,46 @@ def jobs_on_port(fabric: FabricMap, placements: Iterable[JobPlacement], device: 
                                   gpus))
     out.sort(key=lambda t: (-t.share, t.job))
     return out
+
+
+# ---- impact: what happened on a job's links --------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Episode:
+    """Something that happened to a port in a window: a detection episode or an isolation."""
+
+    device: str
+    port: int
+    kind: str  # the detection kind, or "isolated" for a runbook's done isolate
+    episode: str
+    first_ms: int
+    last_ms: int
+    count: int = 1
+    severity: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ImpactRow:
+    link: JobLink
+    episode: Episode
+
+    def to_dict(self) -> dict[str, object]:
+        return {**self.link.to_dict(), "port": f"{self.episode.device}:{self.episode.port}",
+                "detection": self.episode.kind, "episode": self.episode.episode,
+                "severity": self.episode.severity, "first_ms": self.episode.first_ms,
+                "last_ms": self.episode.last_ms, "count": self.episode.count}
+
+
+def job_impact(paths: JobPaths, episodes: Iterable[Episode]) -> list[ImpactRow]:
+    """Every episode on a cable of the job's paths, the cables most of the job depends on
+    first, then the earliest episode. An episode on both ends of one cable counts once per
+    end (each end's detector saw it)."""
+    rows: list[ImpactRow] = []
+    for ep in episodes:
+        link = paths.link_at(ep.device, ep.port)
+        if link is not None:
+            rows.append(ImpactRow(link, ep))
+    rows.sort(key=lambda r: (-r.link.share, r.episode.first_ms, r.episode.device,
+                             r.episode.port, r.episode.kind))
+    return rows

@@ -12,7 +12,7 @@ pytestmark = pytest.mark.integration
 
 TABLES = {"schema_migrations", "port_events", "counter_samples", "counter_ingest", "probes",
           "topology_snapshots", "topology_links", "device_location", "detections", "actions",
-          "evidence", "dead_letters", "counter_last", "counter_hourly", "port_events_hourly",
+          "evidence", "job_placements", "dead_letters", "counter_last", "counter_hourly", "port_events_hourly",
           "detections_hourly", "port_state", "port_ledger"}
 
 
