@@ -161,14 +161,16 @@ def list_pods(api: Any, *, job_label: str, namespace: str | None = None) -> dict
 
 def core_api(*, host: str | None = None) -> Any:
     """A CoreV1Api: in-cluster credentials in a pod, else the kubeconfig (or ``host``)."""
-    from kubernetes import client, config  # type: ignore[import-untyped]
+    from kubernetes import client, config
 
     if host is not None:
         configuration = client.Configuration()
         configuration.host = host
         return client.CoreV1Api(client.ApiClient(configuration))
+    load_incluster: Any = config.load_incluster_config
+    load_kube: Any = config.load_kube_config
     try:
-        config.load_incluster_config()
+        load_incluster()
     except config.ConfigException:
-        config.load_kube_config()
+        load_kube()
     return client.CoreV1Api()

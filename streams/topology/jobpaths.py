@@ -139,8 +139,8 @@ class FabricMap:
             by_end[cable.a] = cable
             by_end[cable.b] = cable
         indices: dict[str, Counter[int]] = {}
-        for hca, leaf in hca_leaf_dev.items():
-            k = nic_index(hca)
+        for hca_name, leaf in hca_leaf_dev.items():
+            k = nic_index(hca_name)
             if k is not None:
                 indices.setdefault(leaf, Counter())[k] += 1
         leaf_rail: dict[str, int | None] = {}

@@ -12,8 +12,8 @@ pytestmark = pytest.mark.integration
 
 TABLES = {"schema_migrations", "port_events", "counter_samples", "counter_ingest", "probes",
           "topology_snapshots", "topology_links", "device_location", "detections", "actions",
-          "evidence", "job_placements", "dead_letters", "counter_last", "counter_hourly", "port_events_hourly",
-          "detections_hourly", "port_state", "port_ledger"}
+          "evidence", "job_placements", "dead_letters", "counter_last", "counter_hourly",
+          "port_events_hourly", "detections_hourly", "port_state", "port_ledger"}
 
 
 def _tables(ledger: EmbeddedLedger) -> set[str]:
