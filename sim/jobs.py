@@ -29,13 +29,27 @@ def place_jobs(fabric: Fabric, count: int, start_ms: int) -> list[JobPlacement]:
     """Up to ``count`` running jobs named ``sim-job-N``, GPUs per node = the node's rails."""
     if count < 0:
         raise TopologyError("the number of jobs must not be negative")
+    groups = [(f"sim-job-{i}", nodes) for i, nodes in enumerate(_groups(fabric)[:count], 1)
+              if nodes]
+    return placements(fabric, groups, start_ms)
+
+
+def placements(fabric: Fabric, jobs: list[tuple[str, list[str]]],
+               start_ms: int) -> list[JobPlacement]:
+    """Running jobs on the named nodes (``sim run --job NAME=HOSTLIST``); a node the fabric
+    does not have, or a node in two jobs, is an error."""
+    known = set(fabric.nodes)
+    taken: dict[str, str] = {}
     out: list[JobPlacement] = []
-    for i, nodes in enumerate(_groups(fabric)[:count], start=1):
-        if not nodes:
-            continue
-        job = f"sim-job-{i}"
+    for job, nodes in jobs:
+        for node in nodes:
+            if node not in known:
+                raise TopologyError(f"job {job}: no node {node!r} in fabric {fabric.fabric!r}")
+            if node in taken:
+                raise TopologyError(f"job {job}: node {node} already runs job {taken[node]}")
+            taken[node] = job
         out.append(JobPlacement(id=f"sim:{fabric.fabric}:job:{job}:{start_ms}", ts=start_ms,
                                 fabric=fabric.fabric, source="sim", job=job, nodes=nodes,
                                 start=start_ms, end=None, gpus_per_node=fabric.params.rails,
-                                state="running", name=f"simulated training job {i}"))
+                                state="running", name=f"simulated job {job}"))
     return out

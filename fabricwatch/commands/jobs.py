@@ -23,7 +23,7 @@ from fabricwatch.settings import load_settings
 from ledger import jobs as ledger_jobs
 from schemas import ts_to_ms
 from schemas.policy import parse_duration_s
-from streams.topology.jobpaths import job_impact, job_paths, jobs_on_port
+from streams.topology.jobpaths import held_window, job_impact, job_paths, jobs_on_port
 
 EXIT_BAD_INPUT = 2
 
@@ -94,7 +94,8 @@ def impact_command(job: str, since: str, until: str | None, fabric: str | None,
                   "cannot be known")
         paths = job_paths(fabric_map, placement.nodes)
         found = job_impact(paths, ledger_jobs.episodes(ledger, fabric_name, since_ms=since_ms,
-                                                       until_ms=until_ms))
+                                                       until_ms=until_ms),
+                           window=held_window(placement))
     rows = [{"share %": f"{r.link.share * 100:.2f}", "link": r.link.cable.key,
              "tier": r.link.cable.tier, "rails": ",".join(map(str, r.link.rails)),
              "detection": r.episode.kind, "port": f"{r.episode.device}:{r.episode.port}",

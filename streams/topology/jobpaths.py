@@ -266,6 +266,10 @@ class JobPaths:
                 return link
         return None
 
+    def by_port(self) -> dict[End, JobLink]:
+        """Each end of each cable on the paths -> its link (for many look-ups)."""
+        return {end: link for link in self.links for end in (link.cable.a, link.cable.b)}
+
     def to_dict(self) -> dict[str, object]:
         return {"links": [x.to_dict() for x in self.links],
                 "rails": [r.to_dict() for r in self.rails],
@@ -441,13 +445,26 @@ class ImpactRow:
                 "last_ms": self.episode.last_ms, "count": self.episode.count}
 
 
-def job_impact(paths: JobPaths, episodes: Iterable[Episode]) -> list[ImpactRow]:
-    """Every episode on a cable of the job's paths, the cables most of the job depends on
-    first, then the earliest episode. An episode on both ends of one cable counts once per
-    end (each end's detector saw it)."""
+def held_window(placement: JobPlacement) -> tuple[int | None, int | None]:
+    """When the job held its nodes: from its start to its end once it has ended (a running
+    job's end is only the scheduler's expectation)."""
+    end = None if placement.state in ACTIVE_STATES else placement.end
+    return placement.start, end
+
+
+def job_impact(paths: JobPaths, episodes: Iterable[Episode], *,
+               window: tuple[int | None, int | None] = (None, None)) -> list[ImpactRow]:
+    """Every episode on a cable of the job's paths while the job ran (``window``, see
+    ``held_window``), the cables most of the job depends on first, then the earliest
+    episode. An episode on both ends of one cable counts once per end (each end's detector
+    saw it)."""
+    start, end = window
     rows: list[ImpactRow] = []
+    index = paths.by_port()
     for ep in episodes:
-        link = paths.link_at(ep.device, ep.port)
+        if (start is not None and ep.last_ms < start) or (end is not None and ep.first_ms >= end):
+            continue  # before the job started or after it ended: it did not hurt this job
+        link = index.get((ep.device, ep.port))
         if link is not None:
             rows.append(ImpactRow(link, ep))
     rows.sort(key=lambda r: (-r.link.share, r.episode.first_ms, r.episode.device,

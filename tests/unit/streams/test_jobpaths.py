@@ -20,6 +20,7 @@ from sim.topology import Fabric, Params, generate
 from streams.topology.jobpaths import (
     Episode,
     FabricMap,
+    held_window,
     job_impact,
     job_paths,
     jobs_on_port,
@@ -195,3 +196,16 @@ def test_simulated_jobs_span_sus_and_share_none() -> None:
     assert {x.cable.tier for x in paths.links} == {"host", "leaf-spine", "spine-core"}
     one_su = place_jobs(generate("su"), 3, T0)
     assert [len(j.nodes) for j in one_su] == [8, 8, 16]
+
+
+def test_episodes_outside_the_jobs_time_did_not_hurt_it(
+        replay: tuple[FabricMap, list[Detection], list[JobPlacement]]) -> None:
+    fabric, detections, jobs = replay
+    paths = job_paths(fabric, jobs[0].nodes)
+    episodes = _episodes(detections)  # all at T0 + 60 s
+    ended = placement("A", jobs[0].nodes, start=T0 - 5000, end=T0, state="completed")
+    assert job_impact(paths, episodes, window=held_window(ended)) == []
+    later = placement("A", jobs[0].nodes, start=T0 + 120_000)
+    assert job_impact(paths, episodes, window=held_window(later)) == []
+    running = placement("A", jobs[0].nodes, start=T0 - 5000, end=T0)  # past its expected end
+    assert len(job_impact(paths, episodes, window=held_window(running))) == 3
