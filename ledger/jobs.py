@@ -11,7 +11,14 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from schemas import JobPlacement
-from streams.topology.jobpaths import Episode, FabricMap, latest_placements, merge_links
+from streams.topology.jobpaths import (
+    Episode,
+    FabricMap,
+    TouchedJob,
+    jobs_on_port,
+    latest_placements,
+    merge_links,
+)
 
 
 class Queryable(Protocol):
@@ -120,3 +127,15 @@ def episodes(ledger: Queryable, fabric: str, *, since_ms: int, until_ms: int) ->
     return [Episode(str(r["device"]), int(r["port"]), str(r["kind"]), str(r["episode"]),
                     int(r["first_ms"]), int(r["last_ms"]), int(r["n"]),
                     None if r["severity"] is None else str(r["severity"])) for r in rows]
+
+
+def jobs_touching(ledger: Queryable, fabric: str, device: str, port: int | None, *,
+                  at_ms: int) -> list[TouchedJob]:
+    """The running jobs a cable (or with ``port`` None, a switch) carries at ``at_ms``: what
+    a runbook's ticket, an incident page or an operator about to isolate asks. Empty when
+    the ledger has no topology of the fabric or the port is not cabled in it."""
+    fmap = fabric_map(ledger, fabric, since_ms=at_ms - 86_400_000, until_ms=at_ms + 1)
+    if fmap is None:
+        return []
+    return jobs_on_port(fmap, placements(ledger, fabric, until_ms=at_ms + 1), device, port,
+                        at_ms)

@@ -135,6 +135,10 @@ def test_readers_and_ranking(state: Path) -> None:
             links, {"device": "leaf-su02-r1", "port": 6}, FABRIC))] == ["B"]
         assert ledger.query(links.sql, params_for(
             links, {"device": "leaf-su01-r1", "port": 6}, FABRIC)) == []  # C has ended
+        # what a ticket or an incident page calls
+        touched = ledger_jobs.jobs_touching(ledger, FABRIC, *UPLINK, at_ms=NOW_MS)
+        assert [(t.job, t.nodes, t.gpus) for t in touched] == [("A", 8, 32)]
+        assert ledger_jobs.jobs_touching(ledger, "nosuch", *UPLINK, at_ms=NOW_MS) == []
     finally:
         ledger.close()
 
