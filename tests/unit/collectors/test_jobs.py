@@ -327,3 +327,28 @@ def test_the_official_client_lists_a_jobs_pods(api_server: str) -> None:
     assert sorted(j.job for j in jobs) == ["other/llm-pretrain", "training/llm-pretrain"]
     with pytest.raises(ValueError, match="label key"):
         list_pods(api, job_label="bad label")
+
+
+def test_ingest_cli_prints_placements_and_refuses_bad_files(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from fabricwatch.commands.ingest import ingest
+
+    runner = CliRunner()
+    fixture = FIXTURES / "slurm" / "slurmrestd-23.11-data_parser-v0.0.40-jobs.json"
+    result = runner.invoke(ingest, ["slurm-squeue", str(fixture), "--fabric", "f", "--print"])
+    assert result.exit_code == 0, result.stderr
+    (line,) = result.stdout.splitlines()
+    event = decode(line)
+    assert isinstance(event, JobPlacement) and event.nodes == ["cma2-02"]
+    bad = tmp_path / "squeue.json"
+    bad.write_text('{"jobs": [{"job_id": 1, "job_state": "RUNNING", "nodes": "n[2-1]"}]}')
+    result = runner.invoke(ingest, ["slurm-squeue", str(bad), "--print"])
+    assert result.exit_code == 2 and "runs backwards" in result.stderr
+    pods = tmp_path / "pods.json"
+    pods.write_bytes(orjson.dumps(_pod_list(_pod("p0", "node0001", "Running"))))
+    result = runner.invoke(ingest, ["k8s-pods", str(pods), "--job-label", LABEL, "--print"])
+    assert result.exit_code == 0 and decode(result.stdout.splitlines()[0]).job == (  # type: ignore[union-attr]
+        "training/llm-pretrain")
+    result = runner.invoke(ingest, ["k8s-pods", str(pods), "--print"])
+    assert result.exit_code == 2 and "--job-label" in result.stderr
