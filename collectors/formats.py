@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, tzinfo
 
-from collectors import ibdiags, ibnetdiscover, probes, smlog, telemetry
+from collectors import ibdiags, ibnetdiscover, jobs, k8s_jobs, probes, smlog, telemetry
 from collectors.errors import ParseError
 from collectors.lidmap import LidMap
 from schemas.events import Event
@@ -33,6 +33,7 @@ class IngestOptions:
     src: str | None = None
     dst: str | None = None
     baseline_gbps: float | None = None
+    job_label: str | None = None  # the pod label whose value names a Kubernetes job
     # What a parser could not turn into events and why (the CLI prints them on stderr).
     notes: list[str] = field(default_factory=list)
 
@@ -49,6 +50,14 @@ def _need_tz(opts: IngestOptions, what: str) -> str | tzinfo:
                                      "a zone; give --tz (an IANA zone such as UTC or "
                                      "Europe/Oslo)")
     return opts.tz
+
+
+def _k8s_pods(text: str, o: IngestOptions) -> list[Event]:
+    if not o.job_label:
+        raise ParseError(None, None, "a pod list needs --job-label (the label whose value "
+                                     "names the job, e.g. batch.kubernetes.io/job-name)")
+    return list(k8s_jobs.parse_pod_list(text, job_label=o.job_label, fabric=o.fabric,
+                                        ts=o.ts))
 
 
 def _opensm(text: str, o: IngestOptions) -> list[Event]:
@@ -135,6 +144,10 @@ FORMATS: dict[str, Format] = {f.name: f for f in (
            lambda t, o: probes.parse_nccl_tests(t, fabric=o.fabric, ts=o.ts, rail=o.rail,
                                                 src=o.src, dst=o.dst,
                                                 baseline_gbps=o.baseline_gbps)),
+    Format("slurm-squeue", "squeue --json (any data_parser version) -> job placements",
+           lambda t, o: jobs.parse_squeue_json(t, fabric=o.fabric, ts=o.ts, notes=o.notes)),
+    Format("k8s-pods", "kubectl get pods -o json (a PodList) -> job placements (--job-label)",
+           _k8s_pods),
 )}
 
 

@@ -25,6 +25,7 @@ from schemas import (
     DeadLetter,
     Detection,
     EvidenceRecord,
+    JobPlacement,
     PortEvent,
     Probe,
     Topology,
@@ -176,4 +177,10 @@ def to_rows(event: Event | DeadLetter) -> list[TableRow]:
         return [("evidence", {**common, "device": event.device, "port": event.port,
                               "workflow_id": event.workflow_id, "tool": event.tool,
                               "output": event.output, "exit_code": event.exit_code})]
+    if isinstance(event, JobPlacement):
+        return [("job_placements", {**common, "job": event.job, "name": event.name,
+                                    "state": event.state, "nodes": list(event.nodes),
+                                    "start": None if event.start is None else _sec(event.start),
+                                    "end": None if event.end is None else _sec(event.end),
+                                    "gpus_per_node": event.gpus_per_node})]
     raise TypeError(f"no ledger table for {type(event).__name__}")

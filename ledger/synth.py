@@ -20,6 +20,7 @@ from schemas import (
     Detection,
     DetectionKind,
     EvidenceRecord,
+    JobPlacement,
     PortEvent,
     PortSample,
     Probe,
@@ -44,6 +45,8 @@ class Expected:
     slow_rail: int = -1
     open_miswire: tuple[str, int] = ("", 0)
     fixed_miswire: tuple[str, int] = ("", 0)
+    job: str = ""  # a job running on SU 1's nodes for the whole history
+    job_nodes: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -206,4 +209,9 @@ def history(start_ms: int, hours: int = 3, interval_s: int = 60, seed: int = 7,
                            links=swap(swapped, leaf0)))
     exp.open_miswire = (leaf0, 1)
     exp.fixed_miswire = (leaf1, 1)
+    exp.job = "train-1"
+    exp.job_nodes = [fab.node_hca(1, n, 0).split("/")[0] for n in range(fab.nodes_per_su)]
+    events.append(JobPlacement(id=f"job-{exp.job}-{start_ms}", ts=start_ms, fabric=f,
+                               source="sim", job=exp.job, nodes=exp.job_nodes, start=start_ms,
+                               gpus_per_node=fab.rails, state="running"))
     return events, exp

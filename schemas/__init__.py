@@ -15,6 +15,7 @@ from schemas.events import (
     Envelope,
     Event,
     EvidenceRecord,
+    JobPlacement,
     PortEvent,
     PortSample,
     Probe,
@@ -29,7 +30,8 @@ from schemas.events import (
 __all__ = [
     "COUNTER_FIELDS", "GAUGE_FIELDS", "LEGACY_COUNTER_BITS", "Action", "ActionRecord",
     "ContractError", "Counters", "DeadLetter", "Detection", "DetectionKind", "Envelope", "Event",
-    "EvidenceRecord", "PortEvent", "PortSample", "Probe", "Severity", "Topology", "TopologyLink",
+    "EvidenceRecord", "JobPlacement", "PortEvent", "PortSample", "Probe", "Severity", "Topology",
+    "TopologyLink",
     "dead_letter", "decode", "decode_obj", "dumps", "encode", "loads", "message_key", "port_key",
     "ts_to_ms",
 ]

@@ -345,6 +345,59 @@ class EvidenceRecord(_PortScoped):
     exit_code: StrictInt | None = None
 
 
+MAX_JOB_NODES = 65_536
+
+
+class JobPlacement(Envelope):
+    """Where a job runs (``fabric.jobs``, key ``job``): its nodes and its time.
+
+    ``nodes`` are host names as the fabric names them (the part of an HCA's device name
+    before the ``/``: ``node0042`` of ``node0042/mlx5_3``), in the scheduler's order.
+    ``start`` / ``end`` are epoch ms; ``end`` None = still running (or no limit known); a
+    running job's ``end`` is the scheduler's expected end. The latest message of a job (by
+    ``ts``) says where it is now: a requeued job comes back with new nodes.
+    """
+
+    kind: Literal["job"] = "job"
+    job: Annotated[str, Field(min_length=1, max_length=256)]
+    nodes: Annotated[list[Device], Field(max_length=MAX_JOB_NODES)]
+    start: NonNegInt | None = None
+    end: NonNegInt | None = None
+    gpus_per_node: Annotated[int, Field(ge=0, le=1024, strict=True)] | None = None
+    state: Annotated[str, Field(min_length=1, max_length=64)] = "running"
+    name: Annotated[str, Field(max_length=512)] | None = None
+
+    @field_validator("job")
+    @classmethod
+    def _job(cls, value: str) -> str:
+        return check_device(value)  # the same rules: printable, bounded
+
+    @field_validator("nodes")
+    @classmethod
+    def _nodes(cls, value: list[str]) -> list[str]:
+        for i, node in enumerate(value):
+            try:
+                check_device(node)
+            except ValueError as exc:
+                raise FieldError(f"nodes.{i}", str(exc)) from None
+            if "/" in node:
+                raise FieldError(f"nodes.{i}", f"node {node[:64]!r} is a host name, not an "
+                                 "HCA (no '/')")
+        if len(set(value)) != len(value):
+            raise ValueError("a node is listed twice")
+        return value
+
+    @model_validator(mode="after")
+    def _times(self) -> JobPlacement:
+        if self.start is not None and self.end is not None and self.end < self.start:
+            raise FieldError("end", f"end {self.end} is before start {self.start}")
+        return self
+
+    @property
+    def key(self) -> str:
+        return self.job
+
+
 class DeadLetter(BaseModel):
     """A message that failed validation, kept whole (``fabric.dlq``)."""
 
@@ -362,7 +415,8 @@ class DeadLetter(BaseModel):
 
 
 AnyEvent = Annotated[
-    PortEvent | Counters | Probe | Topology | Detection | ActionRecord | EvidenceRecord,
+    PortEvent | Counters | Probe | Topology | Detection | ActionRecord | EvidenceRecord
+    | JobPlacement,
     Field(discriminator="kind"),
 ]
 EVENT_MODELS: dict[str, type[Envelope]] = {
@@ -373,9 +427,11 @@ EVENT_MODELS: dict[str, type[Envelope]] = {
     "detection": Detection,
     "action": ActionRecord,
     "evidence": EvidenceRecord,
+    "job": JobPlacement,
 }
 EVENT_KINDS = tuple(EVENT_MODELS)
-Event = PortEvent | Counters | Probe | Topology | Detection | ActionRecord | EvidenceRecord
+Event = (PortEvent | Counters | Probe | Topology | Detection | ActionRecord | EvidenceRecord
+         | JobPlacement)
 
 
 def message_key(event: Event) -> str:
@@ -386,4 +442,6 @@ def message_key(event: Event) -> str:
         return str(event.rail)
     if isinstance(event, Topology):
         return event.fabric
+    if isinstance(event, JobPlacement):
+        return event.job
     return event.key

@@ -24,10 +24,13 @@ DETECTIONS = Topic("fabric.detections", "device:port", ("detection",), 12,
                    "detections, one episode id per incident")
 ACTIONS = Topic("fabric.actions", "device:port", ("action", "evidence"), 4,
                 "runbook actions and evidence records")
+JOBS = Topic("fabric.jobs", "job", ("job",), 4,
+             "job placements (nodes, start, end, GPUs per node) from Slurm, Kubernetes, sim")
 DLQ = Topic("fabric.dlq", "source topic", ("dead_letter",), 1,
             "messages that failed validation, with the reason and the raw bytes")
 
-ALL_TOPICS: tuple[Topic, ...] = (PORT_EVENTS, COUNTERS, PROBES, TOPOLOGY, DETECTIONS, ACTIONS, DLQ)
+ALL_TOPICS: tuple[Topic, ...] = (PORT_EVENTS, COUNTERS, PROBES, TOPOLOGY, DETECTIONS, ACTIONS,
+                                 JOBS, DLQ)
 BY_NAME: dict[str, Topic] = {t.name: t for t in ALL_TOPICS}
 INPUT_TOPICS: tuple[Topic, ...] = (PORT_EVENTS, COUNTERS, PROBES, TOPOLOGY)
 

@@ -40,9 +40,9 @@ from typing import Any
 
 import orjson
 
-from schemas import COUNTER_FIELDS, LEGACY_COUNTER_BITS, decode
+from schemas import COUNTER_FIELDS, LEGACY_COUNTER_BITS, JobPlacement, decode, encode
 from schemas.events import Event
-from schemas.topics import COUNTERS, PORT_EVENTS, PROBES, TOPOLOGY
+from schemas.topics import COUNTERS, JOBS, PORT_EVENTS, PROBES, TOPOLOGY
 from sim.controller import ControllerView, SimController
 from sim.faults import Fault, FaultError, check_all, parse_spec
 from sim.topology import LANE_GBPS, WIDTH_LANES, Fabric, Hca, Link
@@ -126,7 +126,8 @@ class Simulator:
                  controller: SimController | None = None, seed: int = 0,
                  start_ms: int | None = None, interval_s: float = 10.0,
                  probe_every: int = 6, topology_every: int = 30,
-                 probe_pairs_per_rail: int = 32) -> None:
+                 probe_pairs_per_rail: int = 32,
+                 jobs: Sequence[JobPlacement] = ()) -> None:
         if interval_s <= 0:
             raise ValueError("interval_s must be positive")
         self.fabric = fabric
@@ -139,6 +140,8 @@ class Simulator:
         self.probe_every = probe_every
         self.topology_every = topology_every
         self.probe_pairs_per_rail = probe_pairs_per_rail
+        # Placements go out with every topology snapshot (same ids: the ledger keeps one).
+        self.jobs: list[JobPlacement] = list(jobs)
         self.now_ms = self.start_ms
         self.step_no = 0
         self.roce = fabric.params.transport == "roce"
@@ -282,6 +285,8 @@ class Simulator:
         if self.topology_every and self.step_no % self.topology_every == 1 % self.topology_every:
             out.messages.append(self.topology_message(t1))
             out.topology = True
+            out.messages.extend(Message(JOBS.name, job.job.encode(), encode(job))
+                                for job in self.jobs)
         self.now_ms = t1
         if self.controller is not None:
             self.controller.write_health(self.name, t1, sorted(self.faulty_ports()))

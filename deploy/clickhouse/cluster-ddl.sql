@@ -652,3 +652,26 @@ SELECT fabric, device, port,
                      JSONExtractString(ifNull(after, '{}'), 'optic_serial') != '') AS optic_serial
 FROM actions_local
 GROUP BY fabric, device, port;
+
+-- migration 007_job_placements
+CREATE TABLE IF NOT EXISTS job_placements_local ON CLUSTER '{cluster}'
+(
+    id            String,
+    ts            DateTime64(3, 'UTC'),
+    fabric        LowCardinality(String),
+    source        LowCardinality(String),
+    job           String,
+    name          Nullable(String),
+    state         LowCardinality(String),
+    nodes         Array(String),
+    start         Nullable(DateTime64(3, 'UTC')),
+    end           Nullable(DateTime64(3, 'UTC')),
+    gpus_per_node Nullable(UInt16)
+)
+ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/{database}/job_placements_local', '{replica}')
+PARTITION BY toYYYYMM(ts)
+ORDER BY (fabric, job, ts, id)
+TTL toDateTime(ts) + INTERVAL 400 DAY;
+
+CREATE TABLE IF NOT EXISTS job_placements ON CLUSTER '{cluster}' AS job_placements_local
+ENGINE = Distributed('{cluster}', currentDatabase(), job_placements_local, cityHash64(fabric));

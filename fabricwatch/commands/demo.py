@@ -31,9 +31,10 @@ def demo_command(preset: str, fresh: bool, short: bool, timeout_s: float, clean_
     """Run a simulated fabric with scripted faults through detection, ledger and runbooks.
 
     Starts the local stack, the ledger, the stream and runbook workers and the simulator,
-    injects a flapping link, a link trained at 2X, a swapped pair of cables, rising BER, a
-    RoCE pause storm, a slow-not-dead link and a spine reboot, plays the site's technicians,
-    and ends with a report once every runbook has reached a decision. Ctrl-C stops it all.
+    places three simulated jobs, injects a flapping link, a link trained at 2X, a swapped
+    pair of cables, rising BER, a RoCE pause storm, a slow-not-dead link and a spine reboot,
+    plays the site's technicians, and ends with a report once every runbook has reached a
+    decision, naming for each fault the jobs it touched. Ctrl-C stops it all.
     """
     from fabricwatch.demo.run import Demo, DemoError, DemoOptions
     from fabricwatch.stack import StackError
@@ -53,7 +54,10 @@ def demo_command(preset: str, fresh: bool, short: bool, timeout_s: float, clean_
         raise SystemExit(130) from None
     for label, ids in result.detected.items():
         mark = "[green]✓[/]" if ids else "[red]✗[/]"
-        console.print(f"{mark} {label}: {len(ids)} detection(s)")
+        jobs = result.jobs_touched.get(label)
+        touched = f"; jobs touched: {', '.join(jobs) if jobs else 'none'}" \
+            if jobs is not None else ""
+        console.print(f"{mark} {label}: {len(ids)} detection(s){touched}")
     decided: dict[str, int] = {}
     for view in result.runbooks.values():
         decided[view.state] = decided.get(view.state, 0) + 1

@@ -89,12 +89,15 @@ def _list_formats() -> None:
 @click.option("--dst", help="Probe destination (default: what the output says).")
 @click.option("--baseline-gbps", type=click.FloatRange(0, None),
               help="Expected bandwidth of a probe.")
+@click.option("--job-label", help="Pod label whose value names the job (k8s-pods), e.g. "
+              "batch.kubernetes.io/job-name.")
 @click.option("--print", "print_only", is_flag=True,
               help="Write the events to stdout as JSON lines instead of publishing them.")
 def ingest(fmt: str | None, paths: tuple[str, ...], list_formats: bool, fabric: str | None,
            device: str | None, port: int, ts_text: str | None, tz: str | None,
            year: int | None, topology: Path | None, rail: int, src: str | None,
-           dst: str | None, baseline_gbps: float | None, print_only: bool) -> None:
+           dst: str | None, baseline_gbps: float | None, job_label: str | None,
+           print_only: bool) -> None:
     """Parse FORMAT output from each PATH (- is stdin) and publish the events."""
     if list_formats:
         _list_formats()
@@ -118,7 +121,8 @@ def ingest(fmt: str | None, paths: tuple[str, ...], list_formats: bool, fabric: 
             _fail(error if error.file else error.in_file(str(topology)))
     opts = IngestOptions(fabric=fabric or settings.fabric, ts=_ts_option(ts_text),
                          device=device, port=port, tz=tz, year=year, lids=lids, rail=rail,
-                         src=src, dst=dst, baseline_gbps=baseline_gbps)
+                         src=src, dst=dst, baseline_gbps=baseline_gbps,
+                         job_label=job_label)
     events: list[Event] = []
     for path in paths:
         name = "<stdin>" if path == "-" else path

@@ -110,15 +110,24 @@ _state = click.option("--state-dir", type=click.Path(file_okay=False, path_type=
 @click.option("--bootstrap", default=None, help="Kafka bootstrap [default: settings].")
 @click.option("--print", "to_stdout", is_flag=True,
               help="Write the messages as JSON lines to stdout instead of Kafka.")
+@click.option("--jobs", "job_count", default=0, show_default=True, type=click.IntRange(0, 3),
+              help="Place this many simulated jobs on the fabric (fabric.jobs, with each "
+                   "topology snapshot).")
+@click.option("--job", "job_specs", multiple=True, metavar="NAME=HOSTLIST",
+              help="Place job NAME on the nodes of a Slurm host list, e.g. "
+                   "train=node[0001-0008]; repeatable.")
 @click.option("--fix-chance", multiple=True, metavar="RUNG=P",
               help="Chance (0..1) that a repair-ladder rung fixes a fault, e.g. "
                    "clean-and-reseat=0.3; repeatable [default: per rung, see sim.controller].")
 def run_cmd(preset: str, interval: str, files: tuple[Path, ...], specs: tuple[str, ...],
             duration: str | None, speedup: float, seed: int, transport: str | None,
             fabric: str | None, start: str | None, probe_every: int, topology_every: int,
-            state_dir: Path | None, bootstrap: str | None, to_stdout: bool,
-            fix_chance: tuple[str, ...]) -> None:
+            state_dir: Path | None, bootstrap: str | None, to_stdout: bool, job_count: int,
+            job_specs: tuple[str, ...], fix_chance: tuple[str, ...]) -> None:
     """Run the simulated fabric and publish its telemetry."""
+    from collectors.errors import ParseError
+    from collectors.jobs import expand_hostlist
+    from sim.jobs import place_jobs, placements
     from sim.run import RunStats, WriterSink, run, run_to_kafka
     from sim.telemetry import Simulator
 
@@ -136,6 +145,16 @@ def run_cmd(preset: str, interval: str, files: tuple[Path, ...], specs: tuple[st
         raise click.UsageError("--probe-every and --topology-every must not be negative")
     params = _params(preset, transport, fabric)
     faults = _faults(specs, files)
+    named_jobs: list[tuple[str, list[str]]] = []
+    for spec in job_specs:
+        name, sep, hosts = spec.partition("=")
+        try:
+            nodes = expand_hostlist(hosts) if sep and name.strip() else []
+        except ParseError as exc:
+            raise click.BadParameter(f"{spec!r}: {exc.reason}", param_hint="--job") from None
+        if not nodes:
+            raise click.BadParameter(f"{spec!r} is not NAME=HOSTLIST", param_hint="--job")
+        named_jobs.append((name.strip(), nodes))
     now_ms = int(time.time() * 1000)
     if start is not None:
         try:
@@ -162,7 +181,9 @@ def run_cmd(preset: str, interval: str, files: tuple[Path, ...], specs: tuple[st
                                  chances)
         simulator = Simulator(fab, faults=faults, controller=controller, seed=seed,
                               start_ms=start_ms, interval_s=interval_s,
-                              probe_every=probe_every, topology_every=topology_every)
+                              probe_every=probe_every, topology_every=topology_every,
+                              jobs=placements(fab, [(j.job, j.nodes) for j in place_jobs(
+                                  fab, job_count, start_ms)] + named_jobs, start_ms))
     except (FaultError, TopologyError, ControllerError) as exc:
         raise click.UsageError(str(exc)) from None
     target = bootstrap or settings.kafka.bootstrap_servers

@@ -103,6 +103,8 @@ class DemoResult:
     runbooks: dict[str, RunbookView] = field(default_factory=dict)
     undecided: list[str] = field(default_factory=list)
     breaker: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # label -> the simulated jobs running on the links its detections were on (the report's)
+    jobs_touched: dict[str, list[str]] = field(default_factory=dict)
     report_html: Path | None = None
     message: str = ""
 
@@ -124,6 +126,10 @@ class Demo:
         self.children: list[ChildProcess] = []
         self.live = LiveState()
         self.detected: dict[str, list[str]] = {e.label: [] for e in self.scenario.expectations}
+        # label -> "fabric|device:port" of each detection that proved it
+        self.detected_ports: dict[str, set[str]] = {e.label: set()
+                                                    for e in self.scenario.expectations}
+        self.jobs_touched: dict[str, list[str]] = {}
         self._started_wall = time.time()
         self._known: dict[str, RunbookView] = {}
         self._children_started = time.time()
@@ -176,6 +182,7 @@ class Demo:
         self._child("runbooks", "runbook-worker", "--records", "kafka", "--topology",
                     str(self.demo_dir / "ibnetdiscover.txt"))
         ib_faults = [arg for spec in sc.specs(sc.ib_fabric) for arg in ("--fault", spec)]
+        ib_faults += [arg for name, nodes in sc.jobs for arg in ("--job", f"{name}={','.join(nodes)}")]
         self._child("sim-ib", "sim", "run", "--preset", sc.ib_preset, "--fabric", sc.ib_fabric,
                     "--interval", sc.interval,
                     "--topology-every", "3", "--probe-every", "2",
@@ -242,6 +249,7 @@ class Demo:
                 self.console.print(f"[yellow]the ledger is still {lag:,} messages behind; "
                                    "the report shows what it holds[/]")
             result.report_html = self._report()
+            result.jobs_touched = dict(self.jobs_touched)
             return result
         finally:
             if not self.opts.keep_running:
@@ -278,6 +286,7 @@ class Demo:
         for index, expectation in enumerate(self.scenario.expectations):
             if expectation.matches(detection, int(self._children_started * 1000)):
                 self.detected[expectation.label].append(detection.id)
+                self.detected_ports[expectation.label].add(f"{detection.fabric}|{detection.key}")
                 self.live.scenario[index] = (expectation.label,
                                              f"detected: {detection.detection.value} on "
                                              f"{detection.key}")
@@ -439,6 +448,9 @@ class Demo:
         path = self.opts.report_path or self.demo_dir / "report.html"
         path.write_text(render_html(report), encoding="utf-8")
         print_summary(report, self.console)
+        self.jobs_touched = jobs_touched(self.detected_ports, report.touched)
+        for label, jobs in self.jobs_touched.items():
+            self.console.print(f"{label}: touched {', '.join(jobs) if jobs else 'no job'}")
         self.console.print(f"report: {path}")
         return path
 
@@ -500,6 +512,18 @@ def _count_states(runbooks: dict[str, RunbookView]) -> dict[str, int]:
     out: dict[str, int] = {}
     for view in runbooks.values():
         out[view.state] = out.get(view.state, 0) + 1
+    return out
+
+
+def jobs_touched(detected_ports: dict[str, set[str]],
+                 touched: dict[str, list[str]]) -> dict[str, list[str]]:
+    """For each injected fault, the jobs running on the links its detections were on."""
+    out: dict[str, list[str]] = {}
+    for label, ports in detected_ports.items():
+        names: set[str] = set()
+        for port in ports:
+            names.update(touched.get(port, ()))
+        out[label] = sorted(names)
     return out
 
 

@@ -53,6 +53,8 @@ class Scenario:
     interval: str
     expectations: list[Expectation] = field(default_factory=list)
     min_duration_s: float = 0.0  # the last fault has played out by then
+    # Jobs on the IB fabric (name, nodes): placed so that the faults touch some and not others.
+    jobs: list[tuple[str, list[str]]] = field(default_factory=list)
 
     def specs(self, fabric: str) -> list[str]:
         return [e.spec for e in self.expectations if e.fabric == fabric]
@@ -115,7 +117,19 @@ def build_scenario(preset: str, *, short: bool = False, fabric_name: str | None 
         Expectation("RoCE pause storm", roce, f"pause_storm:node0003/mlx5_0:1,at={at(30)}",
                     "pause_storm", frozenset({"node0003/mlx5_0:1", "leaf-su01-r0:3"})),
     ]
+    def node(k: int, n: int) -> str:
+        return f"node{(su(k) - 1) * nodes_per_su + n:04d}"
+
+    half = max(1, nodes_per_su // 2)
+    jobs = [
+        # the rising BER and the slow link are on node_b
+        ("train-a", list(dict.fromkeys([node(2, n) for n in range(1, 5)]))),
+        # the flap, the 2X link and the swapped pair: its miswired rails cross the spines
+        ("train-b", list(dict.fromkeys([node(0, 5), node(1, 6), node(1, 7), node(0, 8)]))),
+        # a job elsewhere: nothing injected is on its links
+        ("eval-c", [node(3, n) for n in range(half + 1, half + 1 + max(1, half // 2))]),
+    ]
     # the reboot (at 240 s, 40 s long) settles with two more bounces 15 s apart
     return Scenario(ib_fabric=ib, roce_fabric=roce, ib_preset=preset, roce_preset="su",
                     interval="2s" if short else "10s", expectations=expectations,
-                    min_duration_s=(240 + 40) * scale + 30 + 60)
+                    min_duration_s=(240 + 40) * scale + 30 + 60, jobs=jobs)

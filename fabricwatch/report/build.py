@@ -57,6 +57,19 @@ class RunbookRow(BaseModel):
         return "in progress"
 
 
+class JobRow(BaseModel):
+    """A job that ran in the window and the episodes on the links it crosses."""
+
+    fabric: str
+    job: str
+    state: str
+    nodes: int
+    gpus: int | None
+    links: int  # cables on its paths
+    off_rail: list[str] = Field(default_factory=list)  # its NICs on another rail's leaf
+    impact: list[dict[str, Any]] = Field(default_factory=list)  # streams...ImpactRow.to_dict
+
+
 class Report(BaseModel):
     since_ms: int
     until_ms: int
@@ -70,6 +83,9 @@ class Report(BaseModel):
     top_ports: list[tuple[str, float]] = Field(default_factory=list)
     latencies: list[LatencyRow] = Field(default_factory=list)
     runbooks: list[RunbookRow] = Field(default_factory=list)
+    jobs: list[JobRow] = Field(default_factory=list)
+    # "fabric|device:port" of each episode -> the jobs running then whose traffic crosses it
+    touched: dict[str, list[str]] = Field(default_factory=dict)
     temporal_ui: str | None = None
 
 
@@ -120,7 +136,55 @@ def build_report(ledger: Queryable, *, since_ms: int, until_ms: int,
     for r in rows("runbook_steps"):
         steps[str(r["workflow_id"])].append((int(r["ts_ms"]), str(r["step"]), str(r["outcome"])))
     report.runbooks = [RunbookRow(workflow_id=w, steps=s) for w, s in sorted(steps.items())]
+    report.jobs, report.touched = job_section(ledger, since_ms=since_ms, until_ms=until_ms,
+                                              max_rows=max_rows)
     return report
+
+
+def job_section(ledger: Queryable, *, since_ms: int, until_ms: int,
+                max_rows: int = 200) -> tuple[list[JobRow], dict[str, list[str]]]:
+    """Per fabric with placements: each job of the window with the episodes on its links,
+    and for each episode the jobs it touched (running at its first detection)."""
+    from ledger import jobs as ledger_jobs
+    from streams.topology.jobpaths import (
+        held_window,
+        job_impact,
+        job_paths,
+        latest_placements,
+        overlaps,
+        running_at,
+    )
+
+    fabrics = [str(r["fabric"]) for r in ledger.query(load_queries()["job_fabrics"],
+                                                      {"until": int(until_ms)})]
+    rows: list[JobRow] = []
+    touched: dict[str, list[str]] = {}
+    for fabric in fabrics:
+        fmap = ledger_jobs.fabric_map(ledger, fabric, since_ms=since_ms, until_ms=until_ms)
+        if fmap is None:
+            continue
+        episodes = ledger_jobs.episodes(ledger, fabric, since_ms=since_ms, until_ms=until_ms)
+        current = latest_placements(ledger_jobs.placements(ledger, fabric, until_ms=until_ms))
+        for placement in current.values():
+            if not overlaps(placement, since_ms, until_ms):
+                continue
+            paths = job_paths(fmap, placement.nodes)
+            found = job_impact(paths, episodes, window=held_window(placement))
+            rows.append(JobRow(
+                fabric=fabric, job=placement.job, state=placement.state,
+                nodes=len(placement.nodes),
+                gpus=(placement.gpus_per_node * len(placement.nodes)
+                      if placement.gpus_per_node is not None else None),
+                links=len(paths.links),
+                off_rail=[h for r in paths.rails for h in r.off_rail],
+                impact=[r.to_dict() for r in found[:max_rows]]))
+            for r in found:
+                if running_at(placement, r.episode.last_ms):
+                    key = f"{fabric}|{r.episode.device}:{r.episode.port}"
+                    names = touched.setdefault(key, [])
+                    if placement.job not in names:
+                        names.append(placement.job)
+    return rows, touched
 
 
 def runbooks_by_decision(runbooks: Sequence[RunbookRow]) -> dict[str, int]:

@@ -90,6 +90,30 @@ def render_html(report: Report) -> str:
     else:
         parts.append("<p class='muted'>No port was isolated in this window.</p>")
 
+    parts.append("<h2>Jobs and the links that hurt them</h2>")
+    if report.jobs:
+        parts.append("<p class='muted'>Each job's links: its NICs' cables, and where a rail's "
+                     "NICs sit under several leaves, the spine and core cables joining them. "
+                     "Share: of the job's rail-to-rail traffic, the part that crosses the "
+                     "link.</p>")
+        parts.append("<table><tr><th>job</th><th>nodes</th><th>GPUs</th><th>state</th>"
+                     "<th>links</th><th>episodes on them (share, kind, port)</th></tr>")
+        for job in report.jobs:
+            found = "; ".join(
+                f"{float(str(r['share'])) * 100:.2f}% {escape(str(r['detection']))} "
+                f"{escape(str(r['port']))}" for r in job.impact[:8])
+            if len(job.impact) > 8:
+                found += f"; and {len(job.impact) - 8} more"
+            if job.off_rail:
+                found += f" (off-rail NICs: {escape(', '.join(job.off_rail))})"
+            parts.append(f"<tr><td>{escape(job.job)}</td><td>{job.nodes}</td>"
+                         f"<td>{'' if job.gpus is None else job.gpus}</td>"
+                         f"<td>{escape(job.state)}</td><td>{job.links}</td>"
+                         f"<td>{found or 'none'}</td></tr>")
+        parts.append("</table>")
+    else:
+        parts.append("<p class='muted'>No job placements in the ledger for this window.</p>")
+
     parts.append("<h2>Runbooks</h2>")
     decisions = runbooks_by_decision(report.runbooks)
     parts.append("<p>" + ", ".join(f"{n} {escape(d)}" for d, n in sorted(decisions.items()))

@@ -23,6 +23,17 @@ def print_summary(report: Report, console: Console) -> None:
         lat = sorted(r.latency_s for r in report.latencies)
         console.print(f"detection to isolation: {len(lat)} ports, p50 {lat[len(lat) // 2]:.2f} s, "
                       f"max {lat[-1]:.2f} s")
+    if report.jobs:
+        jobs = Table(title="jobs and the episodes on their links")
+        for column in ("job", "nodes", "episodes", "most depended-on episode"):
+            jobs.add_column(column)
+        for job in report.jobs:
+            top = job.impact[0] if job.impact else None
+            jobs.add_row(job.job, str(job.nodes), str(len(job.impact)),
+                         f"{top['detection']} on {top['port']} "
+                         f"({float(str(top['share'])) * 100:.2f}% of its traffic)"
+                         if top else "none")
+        console.print(jobs)
     decisions = runbooks_by_decision(report.runbooks)
     if decisions:
         console.print("runbooks: " + ", ".join(f"{n} {d}" for d, n in sorted(decisions.items())))

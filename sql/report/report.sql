@@ -87,3 +87,8 @@ ORDER BY d_ms LIMIT 1000;
 SELECT workflow_id, toUnixTimestamp64Milli(ts) AS ts_ms, step, outcome FROM actions FINAL
 WHERE ts >= fromUnixTimestamp64Milli({since:Int64}) AND ts < fromUnixTimestamp64Milli({until:Int64})
 ORDER BY workflow_id, ts_ms, id LIMIT 20000;
+
+-- name: job_fabrics
+-- The fabrics with job placements (the report's jobs section reads each).
+SELECT DISTINCT fabric FROM job_placements FINAL
+WHERE ts < fromUnixTimestamp64Milli({until:Int64}) ORDER BY fabric;

@@ -58,6 +58,12 @@ def test_shortened_demo_detects_every_fault_and_decides_every_runbook(tmp_path: 
     # no SU's budget was exceeded
     for su, (in_use, limit) in result.breaker.items():
         assert in_use <= limit, su
+    # each fault names the jobs on its links; the job placed elsewhere is touched by none
+    assert result.jobs_touched["flapping link"] == ["train-b"]
+    assert result.jobs_touched["rising BER"] == ["train-a"]
+    assert result.jobs_touched["RoCE pause storm"] == []
+    assert all("eval-c" not in jobs for jobs in result.jobs_touched.values())
     assert result.report_html is not None
     html = result.report_html.read_text()
     assert "fabricwatch report" in html and "breaker_open" in html and "<svg" in html
+    assert "Jobs and the links that hurt them" in html and "train-b" in html

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from fabricwatch.cli import main
 from ledger.embedded import EmbeddedLedger
 from ledger.http import LedgerHTTPServer
+from ledger.migrations import load_migrations
 from ledger.synth import history
 
 from .conftest import history_start
@@ -66,7 +67,7 @@ def test_cli_direct_and_through_the_endpoint(state_dir: Path) -> None:
     runner = CliRunner()
     result = runner.invoke(main, ["ledger", "migrate"])
     assert result.exit_code == 0, result.output
-    assert "applied [1, 2, 3, 4, 5, 6]" in result.output
+    assert f"applied {[m.version for m in load_migrations()]}" in result.output
     assert "already current" in runner.invoke(main, ["ledger", "migrate"]).output
 
     ledger = EmbeddedLedger(state_dir / "ledger")

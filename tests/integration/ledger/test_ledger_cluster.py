@@ -43,7 +43,7 @@ def stub(ddl: str) -> list[str]:
 def answers(ledger: EmbeddedLedger) -> dict[str, list[dict[str, Any]]]:
     out = {}
     for name, query in cookbook().items():
-        given = {"device": "leaf-su01-r0", "port": 6}
+        given = {"device": "leaf-su01-r0", "port": 6, "job": "train-1"}
         rows = ledger.query(query.sql, params_for(query, given, "lab"))
         # Hours "so far" move with the clock between the two runs.
         out[name] = [{k: v for k, v in r.items() if k not in ("hours_isolated", "hours_open")}

@@ -101,6 +101,42 @@ def test_port_ledger_view(loaded: EmbeddedLedger, synth: tuple[list[Event], Expe
         assert rows[key]["isolated"] == 1 and rows[key]["isolated_since"] is not None
 
 
+def test_job_impact(loaded: EmbeddedLedger, synth: tuple[list[Event], Expected]) -> None:
+    from ledger import jobs as ledger_jobs
+    from streams.topology.jobpaths import job_impact as rank
+    from streams.topology.jobpaths import job_paths
+
+    exp = synth[1]
+    rows = run(loaded, "job_impact", job=exp.job)
+    flapper = max(exp.flapping, key=lambda k: exp.flapping[k])
+    assert flapper[0].startswith("leaf-su01-")  # on a cable of the job's nodes
+    assert (*flapper, "flap") in {(r["device"], r["port"], r["detection"]) for r in rows}
+    # the same episodes, in the same order, as the readers and the path model give
+    now = dt.datetime.now(dt.UTC)
+    until_ms = int(now.timestamp() * 1000)
+    since_ms = until_ms - 86_400_000
+    placement = ledger_jobs.current_placement(loaded, "lab", exp.job, until_ms=until_ms)
+    assert placement is not None and placement.nodes == exp.job_nodes
+    latest = ledger_jobs.fabric_map(loaded, "lab", since_ms=until_ms - 1, until_ms=until_ms)
+    assert latest is not None
+    found = [r for r in rank(job_paths(latest, placement.nodes),
+                             ledger_jobs.episodes(loaded, "lab", since_ms=since_ms,
+                                                  until_ms=until_ms))
+             if r.link.cable.tier != "spine-core"]
+    assert [(r["device"], r["port"], r["detection"]) for r in rows] == [
+        (r.episode.device, r.episode.port, r.episode.kind) for r in found]
+    assert [r["share_pct"] for r in rows] == [round(r.link.share * 100, 3) for r in found]
+    assert run(loaded, "job_impact", job="no-such-job") == []
+
+
+def test_link_jobs(loaded: EmbeddedLedger, synth: tuple[list[Event], Expected]) -> None:
+    exp = synth[1]
+    flapper = max(exp.flapping, key=lambda k: exp.flapping[k])
+    rows = run(loaded, "link_jobs", device=flapper[0], port=flapper[1])
+    assert [(r["job"], r["nodes"], r["gpus"]) for r in rows] == [(exp.job, 8, 32)]
+    assert run(loaded, "link_jobs", device="leaf-su02-r0", port=2) == []
+
+
 def test_every_cookbook_query_is_tested() -> None:
     tested = {name[5:] for name in globals() if name.startswith("test_")}
     assert set(cookbook()) <= tested

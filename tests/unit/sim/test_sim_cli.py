@@ -123,3 +123,21 @@ def test_faults_that_would_not_show_are_refused(tmp_path: Path) -> None:
         else:
             raise AssertionError(f"{spec} was accepted")
     parse_spec("degraded_width:leaf-su01-r1:3,width=2X").check(fabric)
+
+
+def test_run_places_jobs_and_refuses_bad_ones(tmp_path: Path) -> None:
+    runner = CliRunner()
+    state = ["--state-dir", str(tmp_path)]
+    result = runner.invoke(main, ["sim", "run", "--preset", "lab", "--duration", "10s",
+                                  "--speedup", "0", "--print", "--jobs", "1",
+                                  "--job", "train=node[0003-0004]", *state])
+    assert result.exit_code == 0, result.output
+    jobs = [m for m in map(orjson.loads, result.stdout.splitlines()) if m.get("kind") == "job"]
+    assert {(j["job"], tuple(j["nodes"])) for j in jobs} == {
+        ("sim-job-1", ("node0001",)), ("train", ("node0003", "node0004"))}
+    for bad, fragment in (("train=node[0003-", "never closed"), ("train", "NAME=HOSTLIST"),
+                          ("x=node9999", "no node"), ("x=node0001", "already runs")):
+        result = runner.invoke(main, ["sim", "run", "--preset", "lab", "--duration", "10s",
+                                      "--speedup", "0", "--print", "--jobs", "1", "--job", bad,
+                                      *state])
+        assert result.exit_code == 2 and fragment in result.output, (bad, result.output)
