@@ -52,6 +52,7 @@ class FakeUfm:
         self.hang: set[str] = set()
         self.requests: list[tuple[str, bool]] = []  # (path, authorised)
         self._runner: web.AppRunner | None = None
+        self._release = asyncio.Event()
         self.url = ""
 
     def add_link_events(self, first_id: int, count: int, *, minute: int = 10) -> list[int]:
@@ -83,7 +84,8 @@ class FakeUfm:
         authorised = self._authorised(request)
         self.requests.append((path, authorised))
         if path in self.hang:
-            await asyncio.sleep(3600)
+            await self._release.wait()  # until stop(): the client's timeout goes first
+            return web.Response(status=503, text="Service Unavailable")
         if path in self.fail:
             return web.Response(status=self.fail[path], text="Internal Server Error")
         if path == TELEMETRY_PATH:
@@ -114,6 +116,7 @@ class FakeUfm:
         return self.url
 
     async def stop(self) -> None:
+        self._release.set()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None

@@ -166,3 +166,10 @@ def test_mutated_real_messages_never_raise_anything_else(data: st.DataObject) ->
         return
     for event in [*result.counters, *result.port_events]:
         assert decode(encode(event)) == event
+
+
+def test_the_readme_prints_the_table_as_it_is() -> None:
+    readme = (Path(__file__).resolve().parents[3] / "collectors" / "README.md").read_text()
+    for rule in GNMIC_TABLE:
+        row = f"| `{rule.pattern.replace('|', chr(92) + '|')}` | `{rule.field}` | {rule.kind} |"
+        assert row in readme, row
