@@ -185,6 +185,7 @@ class EventsResult:
     events: list[PortEvent] = field(default_factory=list)
     last_id: int = 0  # the highest event id read (the caller's next "after")
     skipped: list[str] = field(default_factory=list)  # link events whose ends were not found
+    unhealthy: set[str] = field(default_factory=set)  # "<0xguid>_<port>" of the 702 events
 
 
 def _event_id(event: Mapping[str, Any]) -> int:
@@ -227,16 +228,19 @@ def parse_events(events: Any, *, fabric: str, tz: str | tzinfo, after: int,
         ts = event_ms(entry.get("timestamp"), zone_info)
         severity = str(entry.get("severity") or "")
         text = str(entry.get("description") or "")
-        ends = [(inv.device(_guid(g) or guid_str(g), kind=k, name=n), p)
-                for k, n, g, p in ufm_link_ends(text)]
+        found = [(_guid(g) or guid_str(g), k, n, p) for k, n, g, p in ufm_link_ends(text)]
+        ends = [(inv.device(g, kind=k, name=n), p) for g, k, n, p in found]
         if not ends:
             named = _PORT_NAME.match(str(entry.get("object_name") or "").strip())
             if named is not None:
                 guid, port = guid_str(named.group(1)), int(named.group(2))
+                found = [(guid, "", "", port)]
                 ends = [(inv.device(guid), port)]
                 peer = inv.peer(guid, port) if code != 702 else None
                 if peer is not None:
                     ends.append((inv.device(peer[0]), peer[1]))
+        if code == 702:
+            result.unhealthy.update(f"{g}_{p}" for g, _k, _n, p in found)
         if not ends:
             result.skipped.append(f"event {ident} ({code}) names no port")
             continue
@@ -258,9 +262,13 @@ def unhealthy_key(entry: Mapping[str, Any]) -> tuple[str, int] | None:
 
 @guarded
 def parse_unhealthy(marks: Any, *, fabric: str, ts: int, previous: Iterable[str],
-                    inventory: UfmInventory | None = None) -> tuple[list[PortEvent], set[str]]:
+                    inventory: UfmInventory | None = None,
+                    reported: Iterable[str] = ()) -> tuple[list[PortEvent], set[str]]:
     """``/app/unhealthy_ports`` answer -> events for marks added or removed since
-    ``previous`` (a set of ``<0xguid>_<port>``), and the current set."""
+    ``previous`` (a set of ``<0xguid>_<port>``), and the current set.
+
+    A new mark whose port a 702 event (port is unhealthy) already reported (``reported``)
+    makes no second ``down``: the flap detector counts every down."""
     if not isinstance(marks, list):
         raise ParseError(None, None, "the unhealthy_ports answer must be a JSON list")
     inv = inventory or UfmInventory()
@@ -274,7 +282,7 @@ def parse_unhealthy(marks: Any, *, fabric: str, ts: int, previous: Iterable[str]
             continue
         now[f"{key[0]}_{key[1]}"] = (key[0], key[1], entry)
     out = []
-    for name in sorted(set(now) - before):
+    for name in sorted(set(now) - before - set(reported)):
         guid, port, entry = now[name]
         condition = entry.get("Condition")
         why = ",".join(map(str, condition)) if isinstance(condition, list) else str(condition or "")

@@ -6,7 +6,8 @@ Every round (``interval_s``) the poller reads, each with its own timeout:
   ``port_event``s (``collectors.ufm_rest.parse_events``: link down / up for both ends, port
   unhealthy);
 * ``GET /ufmRest/app/unhealthy_ports``: UFM's own unhealthy marks, a ``down`` when a mark
-  appears and an ``up`` when it is removed;
+  appears (unless a 702 event of the round already reported it) and an ``up`` when it is
+  removed;
 * the UFM Telemetry CSV (``telemetry_url``, e.g. ``http://ufm:9001/csv/xcset/ib_basic_debug``,
   the endpoint NVIDIA's PDR plugin reads): ``counters`` per device;
 
@@ -225,7 +226,8 @@ class UfmPoller:
             # names fall back to UFM's own text and GUIDs; retried next round
             report.failed["ports/links"] = str(exc)
 
-    async def _events(self, report: UfmReport, state: UfmState) -> None:
+    async def _events(self, report: UfmReport, state: UfmState) -> set[str]:
+        """Publish the new events; the ports their 702 (unhealthy) events named."""
         try:
             answer = await self.client.get_json(EVENTS_PATH)
             after = state.last_event_id
@@ -246,20 +248,21 @@ class UfmPoller:
                                   after=after or 0, inventory=self.inventory)
         except (UfmError, ParseError) as exc:
             report.failed["events"] = str(exc)
-            return
+            return set()
         for note in result.skipped:
             log.warning("UFM %s", note)
         if result.events:
             await self.publisher.send_many(result.events)
         report.published["events"] = len(result.events)
         state.last_event_id = result.last_id
+        return result.unhealthy
 
-    async def _unhealthy(self, report: UfmReport, state: UfmState) -> None:
+    async def _unhealthy(self, report: UfmReport, state: UfmState, reported: set[str]) -> None:
         try:
             answer = await self.client.get_json(UNHEALTHY_PATH)
             events, now = parse_unhealthy(answer, fabric=self.config.fabric, ts=report.ts,
                                           previous=state.unhealthy or (),
-                                          inventory=self.inventory)
+                                          inventory=self.inventory, reported=reported)
         except (UfmError, ParseError) as exc:
             report.failed["unhealthy_ports"] = str(exc)
             return
@@ -288,8 +291,12 @@ class UfmPoller:
         state = UfmState(self.state.last_event_id,
                          None if self.state.unhealthy is None else set(self.state.unhealthy))
         await self._inventory(report)
-        await asyncio.gather(self._events(report, state), self._unhealthy(report, state),
-                             self._telemetry(report))
+        telemetry = asyncio.create_task(self._telemetry(report))
+        # events before marks: a mark that a 702 event of this round reported is not a
+        # second down
+        reported = await self._events(report, state)
+        await self._unhealthy(report, state, reported)
+        await telemetry
         await self.publisher.flush()  # PublishError propagates: nothing saved, nothing lost
         if (state.last_event_id, state.unhealthy) != (self.state.last_event_id,
                                                       self.state.unhealthy):

@@ -91,6 +91,14 @@ def test_unhealthy_marks_added_then_removed() -> None:
     healed, after = parse_unhealthy([], fabric="f", ts=TS + 2, previous=now, inventory=inventory())
     assert [(e.device, e.port, e.state) for e in healed] == [("node0042/mlx5_0", 1, "up")]
     assert after == set()
+    reported, _ = parse_unhealthy(marks, fabric="f", ts=TS, previous=(),
+                                  reported={"0x248a0703002e628e_1"})
+    assert reported == []  # a 702 event already said so
+
+
+def test_702_events_name_the_ports_they_report() -> None:
+    res = parse_events(fixture("events.json"), fabric="f", tz="UTC", after=0)
+    assert res.unhealthy == {"0x248a0703002e628e_1"}
 
 
 def test_telemetry_csv_rows_become_counters_per_device() -> None:
@@ -187,9 +195,10 @@ async def test_poller_round_publishes_everything_and_resumes_after_restart(tmp_p
         rep = await poller.round()
         await poller.close()
         assert rep.failed == {}
-        assert rep.published == {"events": 7, "unhealthy_ports": 1, "telemetry": 3}
+        # the mark's port was reported by the 702 event of the same round: one down, not two
+        assert rep.published == {"events": 7, "unhealthy_ports": 0, "telemetry": 3}
         kinds = [type(e).__name__ for e in pub.sent]
-        assert kinds.count("PortEvent") == 8 and kinds.count("Counters") == 3
+        assert kinds.count("PortEvent") == 7 and kinds.count("Counters") == 3
         assert json.loads((tmp_path / "state.json").read_text()) == {
             "last_event_id": 97217, "unhealthy": ["0x248a0703002e628e_1"]}
         assert all(authorised for path, authorised in ufm.requests if path != TELEMETRY_PATH)
@@ -216,6 +225,7 @@ async def test_first_start_without_backfill_skips_history(tmp_path: Path) -> Non
         poller = UfmPoller(config(url, tmp_path / "s.json", backfill=False), pub)
         rep = await poller.round()
         assert rep.published["events"] == 0
+        assert rep.published["unhealthy_ports"] == 1  # the 702 was history: the mark is news
         ufm.add_link_events(97300, 1)
         rep = await poller.round()
         await poller.close()
