@@ -242,8 +242,6 @@ def _leaves(doc: Any) -> Iterator[_Leaf]:
                         if iface is None:
                             raise GnmicMapError(f"{leaf}: no interface in the path", "updates")
                         yield _Leaf(device, iface, queue, leaf, sub, ts)
-        elif message.get("sync-response") is not None:
-            continue  # the end of the initial dump: nothing to map, nothing wrong
         else:
             raise GnmicMapError("not a gnmic message (event or json format)", "")
 
@@ -274,6 +272,8 @@ class GnmicMapper:
         except orjson.JSONDecodeError as exc:
             raise GnmicMapError(f"not JSON: {exc}", "") from None
         result = MapResult()
+        if isinstance(doc, dict) and doc.get("sync-response") is not None and "updates" not in doc:
+            return result  # the end of the initial dump: nothing to map, nothing wrong
         samples: dict[tuple[str, int], dict[tuple[int, str], dict[str, Any]]] = {}
         states: list[tuple[str, int, str, str, int]] = []
         unmapped: list[str] = []

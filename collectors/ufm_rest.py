@@ -79,6 +79,7 @@ UFM_CSV_FIELDS: dict[str, str] = {
     "Effective_BER": "effective_ber",
 }
 _KEY_COLUMNS = ("timestamp", "source_id", "tag", "Node_GUID", "port_guid", "Port_Number")
+_KEY_ALIASES = {"node_guid": "Node_GUID", "port_num": "Port_Number", "Port_GUID": "port_guid"}
 _FLOAT_FIELDS = {"module_temp_c", "raw_ber", "effective_ber"}
 MAX_CSV_BYTES = 512 * 1024 * 1024
 
@@ -340,7 +341,8 @@ def _telemetry_rows(reader: Any, fabric: str, inv: UfmInventory) -> list[Counter
     header = next(reader, None)
     if header is None or not header:
         raise ParseError(None, 1, "telemetry CSV is empty")
-    header = [h.strip() for h in header]
+    # UFM Telemetry's JSON form (and some CSV instances) spell the keys in lower case
+    header = [_KEY_ALIASES.get(h.strip(), h.strip()) for h in header]
     missing = [c for c in ("timestamp", "Node_GUID", "Port_Number") if c not in header]
     if missing:
         raise ParseError(None, 1, f"not UFM telemetry CSV: no {', '.join(missing)} column")

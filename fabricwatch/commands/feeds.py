@@ -24,6 +24,7 @@ import logging
 import re
 import signal
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -123,7 +124,18 @@ def ufm(url: str, telemetry_url: str | None, user: str | None, tz: str, every: f
             finally:
                 await poller.close()
 
-    raise SystemExit(asyncio.run(main()))
+    raise SystemExit(_run(main()))
+
+
+def _run(coro: Any) -> int:
+    """Run a collector; a broker that refuses what it published is exit 1 with the reason."""
+    from collectors.publish import PublishError
+
+    try:
+        return int(asyncio.run(coro) or 0)
+    except PublishError as exc:
+        click.echo(f"fabricwatch: publishing failed: {exc}", err=True)
+        return 1
 
 
 @click.group("consume")
@@ -169,7 +181,7 @@ def gnmic(topic: str, group: str | None) -> None:
                 stop.set()
                 metrics.cancel()
 
-    asyncio.run(main())
+    raise SystemExit(_run(main()))
 
 
 async def export_stats(stats: ConsumeStats, stop: asyncio.Event, every_s: float = 5.0) -> None:

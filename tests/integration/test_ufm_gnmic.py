@@ -256,3 +256,40 @@ async def test_gnmic_topic_to_contract_topics_and_dead_letters(kafka_bootstrap: 
     # the group's offsets were committed: a restarted consumer has nothing to redo
     again = await consume(group, 0)
     assert again.stats.messages == 0
+
+
+async def test_consume_gnmic_command_maps_and_dead_letters(kafka_bootstrap: str,
+                                                           tmp_path: Path) -> None:
+    fabric = f"gn-{uuid.uuid4().hex[:8]}"
+    topic = f"gnmic-cli-{uuid.uuid4().hex[:8]}"
+    await _create_topic(kafka_bootstrap, topic, 2)
+    start = await _ends(kafka_bootstrap, [COUNTERS.name, DLQ.name])
+    async with Publisher(kafka_bootstrap) as pub:
+        await pub.send_raw(topic, b"a", (GNMIC / "event-format-sonic-counters-db.json").read_bytes())
+        await pub.send_raw(topic, b"b", b'{"sync-response": true}')
+        await pub.send_raw(topic, b"c", b'[{"name": "x", "timestamp": 5, "tags": {}, "values": {}}]')
+    env = {**os.environ, "FABRICWATCH_KAFKA__BOOTSTRAP": kafka_bootstrap,
+           "FABRICWATCH_STATE_DIR": str(tmp_path), "FABRICWATCH_FABRIC": fabric}
+    proc = await asyncio.create_subprocess_exec(
+        str(FABRICWATCH), "consume", "gnmic", "--topic", topic, env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    got: list[Any] = []
+
+    async def poll() -> bool:
+        got[:] = await _since(kafka_bootstrap, start)
+        mine = [r for r in got if (r.topic == DLQ.name and loads(r.value).get("source_topic") == topic)
+                or (r.topic == COUNTERS.name and loads(r.value).get("fabric") == fabric)]
+        return len(mine) >= 2
+
+    deadline = asyncio.get_running_loop().time() + 120
+    while not await poll():
+        assert asyncio.get_running_loop().time() < deadline, "nothing from the command"
+        await asyncio.sleep(0.5)
+    rc, err = await _stop(proc)
+    assert rc == 0, err
+    letters = [loads(r.value) for r in got if r.topic == DLQ.name
+               and loads(r.value).get("source_topic") == topic]
+    assert len(letters) == 1 and "no device" in letters[0]["reason"]  # the sync-response is no error
+    assert "dead letter" in err
+    counters = [r for r in got if r.topic == COUNTERS.name and loads(r.value).get("fabric") == fabric]
+    assert [r.key for r in counters] == [b"leaf-su01-r3"]

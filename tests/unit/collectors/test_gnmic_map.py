@@ -105,6 +105,11 @@ def test_unmappable_messages_have_a_reason(message: bytes, why: str) -> None:
         GnmicMapper("f").map(message)
 
 
+def test_a_sync_response_is_nothing_to_map_and_no_error() -> None:
+    result = GnmicMapper("f").map(b'{"source": "leaf1:57400", "sync-response": true}')
+    assert (result.counters, result.port_events) == ([], [])
+
+
 def test_two_interfaces_on_one_port_number_are_refused() -> None:
     mapper = GnmicMapper("f")
     msg = {"timestamp": 5, "tags": {"source": "s", "interface_name": "Ethernet8"},

@@ -115,6 +115,8 @@ def test_telemetry_csv_rows_become_counters_per_device() -> None:
     assert p5.model_extra["ufm_PortRcvPktsExtended"] == 1_000_000  # type: ignore[index]
     assert by["sw-spine01"].ports[0].module_temp_c is None  # N/A
     assert parse_telemetry_csv(text, fabric="f")[0].device.startswith("0x")  # no inventory: GUID
+    lower = text.replace("Node_GUID", "node_guid").replace("Port_Number", "port_num")
+    assert parse_telemetry_csv(lower, fabric="f", inventory=inventory()) == events
 
 
 @pytest.mark.parametrize("text, why", [
