@@ -42,11 +42,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, tzinfo
 from typing import Any
 
+from pydantic import ValidationError
+
 from collectors.common import DeviceSamples, counters_events, guarded, guid_str, stable_id
 from collectors.errors import ParseError
 from collectors.ibnetdiscover import device_name
 from collectors.smlog import UFM_PORT_CODES, ufm_device, ufm_link_ends, zone
 from schemas import LEGACY_COUNTER_BITS, Counters, PortEvent
+from schemas.codec import contract_error
 
 SOURCE = "ufm"
 _GUID = re.compile(r"^(?:0x)?([0-9a-fA-F]{1,16})$")
@@ -185,7 +188,7 @@ def event_ms(value: Any, tz: tzinfo) -> int:
 class EventsResult:
     events: list[PortEvent] = field(default_factory=list)
     last_id: int = 0  # the highest event id read (the caller's next "after")
-    skipped: list[str] = field(default_factory=list)  # link events whose ends were not found
+    skipped: list[str] = field(default_factory=list)  # port events that could not be mapped
     unhealthy: set[str] = field(default_factory=set)  # "<0xguid>_<port>" of the 702 events
 
 
@@ -222,36 +225,45 @@ def parse_events(events: Any, *, fabric: str, tz: str | tzinfo, after: int,
     for ident, entry in sorted(fresh, key=lambda pair: pair[0]):
         result.last_id = max(result.last_id, ident)
         code = event_code(entry)
-        mapping = UFM_PORT_CODES.get(code) if code is not None else None
-        if mapping is None:
+        if code is None or code not in UFM_PORT_CODES:
             continue
-        state, reason = mapping
-        ts = event_ms(entry.get("timestamp"), zone_info)
-        severity = str(entry.get("severity") or "")
-        text = str(entry.get("description") or "")
-        found = [(_guid(g) or guid_str(g), k, n, p) for k, n, g, p in ufm_link_ends(text)]
-        ends = [(inv.device(g, kind=k, name=n), p) for g, k, n, p in found]
-        if not ends:
-            named = _PORT_NAME.match(str(entry.get("object_name") or "").strip())
-            if named is not None:
-                guid, port = guid_str(named.group(1)), int(named.group(2))
-                found = [(guid, "", "", port)]
-                ends = [(inv.device(guid), port)]
-                peer = inv.peer(guid, port) if code != 702 else None
-                if peer is not None:
-                    ends.append((inv.device(peer[0]), peer[1]))
-        if code == 702:
-            result.unhealthy.update(f"{g}_{p}" for g, _k, _n, p in found)
-        if not ends:
-            result.skipped.append(f"event {ident} ({code}) names no port")
-            continue
-        for index, (device, port) in enumerate(ends):
-            result.events.append(PortEvent(
-                id=stable_id("ufm-rest", fabric, ident, index), ts=ts, fabric=fabric,
-                source=SOURCE, device=device, port=port, state=state,
-                reason=f"{reason} (UFM {code} {severity})".replace(" )", ")"),
-                ufm_event_id=ident))
+        try:
+            result.events += _port_events(ident, code, entry, fabric, zone_info, inv, result)
+        except (ParseError, ValidationError) as exc:
+            # one bad event must not hold back the ones after it: named, and passed
+            why = exc.reason if isinstance(exc, ParseError) else contract_error(exc).reason
+            result.skipped.append(f"event {ident} ({code}): {why}")
     return result
+
+
+def _port_events(ident: int, code: int, entry: Mapping[str, Any], fabric: str, zone_info: tzinfo,
+                 inv: UfmInventory, result: EventsResult) -> list[PortEvent]:
+    state, reason = UFM_PORT_CODES[code]
+    ts = event_ms(entry.get("timestamp"), zone_info)
+    severity = str(entry.get("severity") or "")
+    text = str(entry.get("description") or "")
+    found = [(_guid(g) or guid_str(g), k, n, p) for k, n, g, p in ufm_link_ends(text)]
+    ends = [(inv.device(g, kind=k, name=n), p) for g, k, n, p in found]
+    if not ends:
+        named = _PORT_NAME.match(str(entry.get("object_name") or "").strip())
+        if named is not None:
+            guid, port = guid_str(named.group(1)), int(named.group(2))
+            found = [(guid, "", "", port)]
+            ends = [(inv.device(guid), port)]
+            peer = inv.peer(guid, port) if code != 702 else None
+            if peer is not None:
+                ends.append((inv.device(peer[0]), peer[1]))
+    if not ends:
+        raise ParseError(None, None, "names no port (no link ends in the description, no "
+                                     "<guid>_<port> object_name)")
+    events = [PortEvent(id=stable_id("ufm-rest", fabric, ident, index), ts=ts, fabric=fabric,
+                        source=SOURCE, device=device, port=port, state=state,
+                        reason=f"{reason} (UFM {code} {severity})".replace(" )", ")"),
+                        ufm_event_id=ident)
+              for index, (device, port) in enumerate(ends)]
+    if code == 702:
+        result.unhealthy.update(f"{g}_{p}" for g, _k, _n, p in found)
+    return events
 
 
 def unhealthy_key(entry: Mapping[str, Any]) -> tuple[str, int] | None:

@@ -72,7 +72,10 @@ class GnmicConsumer:
         raw = value or b""
         try:
             result = self.mapper.map(raw)
-        except GnmicMapError as exc:
+        except Exception as exc:  # noqa: BLE001 - one message never stops the consumer
+            if not isinstance(exc, GnmicMapError):
+                log.exception("mapping %s[%d]@%d failed", self.topic, partition, offset)
+                exc = GnmicMapError(f"processing failed: {exc!r}"[:500], "")
             letter = dead_letter(raw, exc, source_topic=self.topic, partition=partition,
                                  offset=offset)
             await self.publisher.send_raw(DLQ.name, self.topic.encode(), encode(letter))

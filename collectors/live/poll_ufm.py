@@ -249,8 +249,9 @@ class UfmPoller:
         except (UfmError, ParseError) as exc:
             report.failed["events"] = str(exc)
             return set()
-        for note in result.skipped:
-            log.warning("UFM %s", note)
+        if result.skipped:  # passed, so that they do not hold back the rest: named
+            report.failed["events"] = (f"{len(result.skipped)} port event(s) not mapped, "
+                                       f"first: {result.skipped[0]}")
         if result.events:
             await self.publisher.send_many(result.events)
         report.published["events"] = len(result.events)

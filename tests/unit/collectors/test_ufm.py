@@ -70,10 +70,22 @@ def test_events_after_an_id_and_zone() -> None:
         fixture("events.json"), fabric="f", tz="UTC", after=0).events]  # ids are stable
 
 
+def test_a_bad_port_event_is_named_and_does_not_hold_back_the_next() -> None:
+    answer = [{"id": 1, "event_type": "329", "timestamp": "yesterday", "description": "x"},
+              {"id": 2, "event_type": "702", "timestamp": "2026-11-29 17:00:00",
+               "object_name": "nothing-here"},
+              {"id": 3, "event_type": "702", "timestamp": "2026-11-29 17:00:00",
+               "object_name": "248a0703002e628e_1"}]
+    res = parse_events(answer, fabric="f", tz="UTC", after=0)
+    assert [(e.ufm_event_id, e.port) for e in res.events] == [(3, 1)]  # type: ignore[attr-defined]
+    assert res.last_id == 3
+    assert res.skipped[0].startswith("event 1 (329): event timestamp 'yesterday'")
+    assert "names no port" in res.skipped[1]
+
+
 @pytest.mark.parametrize("answer, why", [
     ({"events": []}, "JSON list"),
     ([{"name": "x"}], "integer id"),
-    ([{"id": 1, "event_type": "329", "timestamp": "yesterday", "description": ""}], "timestamp"),
 ])
 def test_events_refuse_undocumented_shapes(answer: Any, why: str) -> None:
     with pytest.raises(ParseError, match=why):
@@ -300,3 +312,21 @@ def test_state_file_that_is_not_ours_is_refused(tmp_path: Path) -> None:
     path.write_text('{"last_event_id": "seven"}')
     with pytest.raises(ValueError, match="not what this poller writes"):
         UfmState.load(path)
+
+
+async def test_a_bad_event_is_named_in_the_round_and_the_poller_moves_on(tmp_path: Path) -> None:
+    ufm = FakeUfm()
+    ufm.events.append({"id": 97218, "event_type": "329", "timestamp": "not a time",
+                       "description": "Link went down", "object_name": "900a840300ac8c40_5"})
+    ufm.add_link_events(97219, 1)
+    url = await ufm.start()
+    try:
+        poller = UfmPoller(config(url, tmp_path / "s.json", telemetry_url=None), Recorder())
+        rep = await poller.round()
+        assert "1 port event(s) not mapped, first: event 97218 (329)" in rep.failed["events"]
+        assert rep.published["events"] == 9 and poller.state.last_event_id == 97219
+        rep = await poller.round()
+        await poller.close()
+        assert rep.failed == {}  # named once, not forever
+    finally:
+        await ufm.stop()
