@@ -130,14 +130,16 @@ async def test_ufm_poller_restart_mid_stream_no_duplicate_no_gap(kafka_bootstrap
     try:
         proc = await asyncio.create_subprocess_exec(*argv, env=env, stdout=asyncio.subprocess.PIPE,
                                                     stderr=asyncio.subprocess.PIPE)
-        feeder = asyncio.create_task(feed(98000, 20))
+        await feed(98000, 6)
         await _wait_for(lambda: _last_id(tmp_path) >= 98005, 120, "the first poller's rounds")
-        rc, err = await _stop(proc)  # mid-stream: the feeder goes on
+        feeder = asyncio.create_task(feed(98006, 14))  # mid-stream: events go on arriving
+        await asyncio.sleep(0.5)
+        rc, err = await _stop(proc)
         assert rc == 0, err
-        stopped_at = _last_id(tmp_path)
-        assert 98005 <= stopped_at < 98019
         await feeder
         new_ids.extend(ufm.add_link_events(98020, 4))  # while nothing polls
+        stopped_at = _last_id(tmp_path)
+        assert 98005 <= stopped_at < 98020
         proc = await asyncio.create_subprocess_exec(*argv, env=env, stdout=asyncio.subprocess.PIPE,
                                                     stderr=asyncio.subprocess.PIPE)
         await _wait_for(lambda: _last_id(tmp_path) == 98023, 120, "the restarted poller")
