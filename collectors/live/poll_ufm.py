@@ -12,7 +12,9 @@ Every round (``interval_s``) the poller reads, each with its own timeout:
   the endpoint NVIDIA's PDR plugin reads): ``counters`` per device;
 
 and every ``inventory_every_s`` ``GET /ufmRest/resources/ports`` and ``/resources/links``, for
-device names and the peer of a port. Authentication is HTTP basic (UFM's ``ufmRest``
+device names and the peer of a port. Until they have answered once nothing else is read (a
+device must not be published under its GUID first and its name later); a failed refresh
+keeps the names it had. Authentication is HTTP basic (UFM's ``ufmRest``
 prefix); TLS certificates are verified unless ``verify_tls`` is off.
 
 Incremental and restart-safe. The last event id and the set of unhealthy marks are kept in
@@ -223,7 +225,7 @@ class UfmPoller:
             self.inventory = parse_inventory(ports, links)
             self._inventory_at = now
         except (UfmError, ParseError) as exc:
-            # names fall back to UFM's own text and GUIDs; retried next round
+            # the previous names stay (none yet: the round reads nothing); retried next round
             report.failed["ports/links"] = str(exc)
 
     async def _events(self, report: UfmReport, state: UfmState) -> set[str]:
@@ -292,6 +294,16 @@ class UfmPoller:
         state = UfmState(self.state.last_event_id,
                          None if self.state.unhealthy is None else set(self.state.unhealthy))
         await self._inventory(report)
+        if self._inventory_at is None:
+            # Without UFM's names a device would be published under its GUID now and under
+            # its name later: two devices in the ledger. Nothing is read, nothing advances.
+            for what in ("events", "unhealthy_ports", "telemetry")[
+                    :None if self.config.telemetry_url else 2]:
+                report.failed[what] = "not read: device names unknown until ports/links answer"
+            report.elapsed_s = time.monotonic() - started
+            for what, why in report.failed.items():
+                log.warning("UFM %s: %s", what, why)
+            return report
         telemetry = asyncio.create_task(self._telemetry(report))
         # events before marks: a mark that a 702 event of this round reported is not a
         # second down

@@ -36,6 +36,7 @@ from fabricwatch.settings import SecretFileError, load_settings, read_secret
 from schemas.topics import BY_NAME
 
 _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+_BOOTSTRAP = re.compile(r"^[A-Za-z0-9.\[\]:-]+:\d{1,5}(,[A-Za-z0-9.\[\]:-]+:\d{1,5})*$")
 
 
 def _ufm_report(rep: UfmReport) -> None:
@@ -146,7 +147,9 @@ def consume() -> None:
 @consume.command("gnmic")
 @click.option("--topic", required=True, help="the topic gnmic's Kafka output writes")
 @click.option("--group", default=None, help="consumer group (default fabricwatch-gnmic-TOPIC)")
-def gnmic(topic: str, group: str | None) -> None:
+@click.option("--bootstrap", default=None,
+              help="the Kafka cluster gnmic writes to (default: fabricwatch's)")
+def gnmic(topic: str, group: str | None, bootstrap: str | None) -> None:
     """Map gnmic's event/json messages to counters and port events; dead-letter the rest."""
     if not _TOPIC.match(topic):
         raise click.UsageError(f"{topic[:80]!r} is not a Kafka topic name")
@@ -154,6 +157,8 @@ def gnmic(topic: str, group: str | None) -> None:
         raise click.UsageError(f"{topic} is a fabricwatch contract topic, not gnmic's output")
     if group is not None and not _TOPIC.match(group):
         raise click.UsageError(f"{group[:80]!r} is not a consumer group name")
+    if bootstrap is not None and not _BOOTSTRAP.match(bootstrap):
+        raise click.UsageError(f"{bootstrap[:80]!r} is not HOST:PORT[,HOST:PORT...]")
     settings = load_settings()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     from collectors.gnmic_map import GnmicMapper
@@ -171,7 +176,7 @@ def gnmic(topic: str, group: str | None) -> None:
             loop.add_signal_handler(sig, stop.set)
         async with Publisher(settings.kafka.bootstrap_servers,
                              client_id="fabricwatch-consume-gnmic") as pub:
-            consumer = GnmicConsumer(settings.kafka.bootstrap_servers, topic, pub,
+            consumer = GnmicConsumer(bootstrap or settings.kafka.bootstrap_servers, topic, pub,
                                      GnmicMapper(settings.fabric), group_id=group,
                                      on_dead_letter=dead_lettered)
             metrics = asyncio.create_task(export_stats(consumer.stats, stop))

@@ -273,7 +273,8 @@ async def test_consume_gnmic_command_maps_and_dead_letters(kafka_bootstrap: str,
     env = {**os.environ, "FABRICWATCH_KAFKA__BOOTSTRAP": kafka_bootstrap,
            "FABRICWATCH_STATE_DIR": str(tmp_path), "FABRICWATCH_FABRIC": fabric}
     proc = await asyncio.create_subprocess_exec(
-        str(FABRICWATCH), "consume", "gnmic", "--topic", topic, env=env,
+        str(FABRICWATCH), "consume", "gnmic", "--topic", topic, "--bootstrap", kafka_bootstrap,
+        env=env,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     got: list[Any] = []
 

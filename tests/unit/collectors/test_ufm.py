@@ -20,7 +20,7 @@ from collectors.ufm_rest import (
     parse_telemetry_csv,
     parse_unhealthy,
 )
-from schemas import Counters, PortEvent, decode, encode
+from schemas import PortEvent, decode, encode
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "fakes"))
 from ufm_server import PASSWORD, TELEMETRY_PATH, USER, FakeUfm, fixture, self_signed  # noqa: E402
@@ -250,24 +250,31 @@ async def test_first_start_without_backfill_skips_history(tmp_path: Path) -> Non
 
 async def test_a_failing_resource_is_named_and_the_rest_published(tmp_path: Path) -> None:
     ufm = FakeUfm()
-    ufm.fail["/ufmRest/app/events"] = 500
     ufm.hang.add("/ufmRest/resources/links")
     url = await ufm.start()
     try:
         pub = Recorder()
-        poller = UfmPoller(config(url, tmp_path / "s.json", timeout_s=1.0), pub)
-        rep = await poller.round()
-        assert set(rep.failed) == {"events", "ports/links"}
-        assert "HTTP 500" in rep.failed["events"] and "within 1 s" in rep.failed["ports/links"]
-        assert rep.published == {"unhealthy_ports": 1, "telemetry": 3}
-        assert poller.state.last_event_id is None  # not advanced: next round reads them
-        # devices fall back to GUIDs without the inventory, and say so through the names
-        assert {e.device for e in pub.sent if isinstance(e, Counters)} >= {"0x900a840300ac8c40"}
-        del ufm.fail["/ufmRest/app/events"]
+        poller = UfmPoller(config(url, tmp_path / "s.json", timeout_s=1.0,
+                                  inventory_every_s=0.001), pub)
+        rep = await poller.round()  # no names yet: nothing is read, nothing advances
+        assert "within 1 s" in rep.failed["ports/links"]
+        assert {k: v.startswith("not read") for k, v in rep.failed.items() if k != "ports/links"} \
+            == {"events": True, "unhealthy_ports": True, "telemetry": True}
+        assert pub.sent == [] and poller.state.last_event_id is None
         ufm.hang.clear()
         rep = await poller.round()
-        await poller.close()
         assert rep.failed == {} and rep.published["events"] == 7
+        # later a refresh and the events fail: the names it had stay, the rest is published
+        ufm.hang.add("/ufmRest/resources/links")
+        ufm.fail["/ufmRest/app/events"] = 500
+        ufm.unhealthy = []
+        pub.sent.clear()
+        rep = await poller.round()
+        await poller.close()
+        assert set(rep.failed) == {"events", "ports/links"} and "HTTP 500" in rep.failed["events"]
+        assert rep.published == {"unhealthy_ports": 1, "telemetry": 3}  # the mark's removal: up
+        assert {e.device for e in pub.sent} == {"sw-leaf01", "sw-spine01", "node0042/mlx5_0"}
+        assert poller.state.last_event_id == 97217  # not advanced past what it did not read
     finally:
         await ufm.stop()
 
@@ -280,7 +287,7 @@ async def test_wrong_password_is_a_named_failure_without_the_password(tmp_path: 
                                   telemetry_url=None), Recorder())
         rep = await poller.round()
         await poller.close()
-        assert "HTTP 401" in rep.failed["events"]
+        assert "HTTP 401" in rep.failed["ports/links"]
         assert all("wrong" not in why and PASSWORD not in why for why in rep.failed.values())
     finally:
         await ufm.stop()
@@ -294,7 +301,8 @@ async def test_tls_is_verified_by_default(tmp_path: Path) -> None:
         strict = UfmPoller(config(url, tmp_path / "a.json", telemetry_url=None), Recorder())
         rep = await strict.round()
         await strict.close()
-        assert "certificate" in rep.failed["events"].lower()
+        assert "certificate" in rep.failed["ports/links"].lower()
+        assert rep.failed["events"].startswith("not read")
         trusted = UfmPoller(config(url, tmp_path / "b.json", telemetry_url=None, ca_file=cert),
                             Recorder())
         assert (await trusted.round()).failed == {}
