@@ -1,4 +1,7 @@
-"""A loopback stand-in for a UFM Enterprise appliance (UFM cannot run here).
+"""A loopback UFM Enterprise appliance for the UFM poller (UFM cannot run here).
+
+The read side the poller uses; ``fakes.rest_apis.FakeUfm`` (where present) is the isolation
+side the runbook controller uses.
 
 It serves the documented answers recorded in ``tests/fixtures/ufm/`` (their provenance is
 in ``tests/fixtures/SOURCES.md``): ``GET /ufmRest/app/events``, ``/ufmRest/app/unhealthy_ports``,
@@ -41,7 +44,7 @@ def self_signed(folder: Path) -> tuple[Path, Path]:
     return cert, key
 
 
-class FakeUfm:
+class FakeUfmServer:
     def __init__(self) -> None:
         self.events: list[dict[str, Any]] = fixture("events.json")
         self.unhealthy: list[dict[str, Any]] = fixture("unhealthy_ports.json")

@@ -31,8 +31,8 @@ from collectors.publish import Publisher
 from schemas import Counters, PortEvent, decode, loads
 from schemas.topics import COUNTERS, DLQ, PORT_EVENTS
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fakes"))
-from ufm_server import PASSWORD, TELEMETRY_PATH, USER, FakeUfm  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the fakes package
+from fakes.ufm_server import PASSWORD, TELEMETRY_PATH, USER, FakeUfmServer  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -114,7 +114,7 @@ async def _stop(proc: asyncio.subprocess.Process) -> tuple[int, str]:
 async def test_ufm_poller_restart_mid_stream_no_duplicate_no_gap(kafka_bootstrap: str,
                                                                  tmp_path: Path) -> None:
     fabric = f"ufm-{uuid.uuid4().hex[:8]}"
-    ufm = FakeUfm()
+    ufm = FakeUfmServer()
     url = await ufm.start()
     start = await _ends(kafka_bootstrap, [PORT_EVENTS.name, COUNTERS.name])
     argv = [str(FABRICWATCH), "poll", "ufm", "--url", url, "--telemetry-url",
@@ -172,7 +172,7 @@ async def test_ufm_poller_restart_mid_stream_no_duplicate_no_gap(kafka_bootstrap
 async def test_ufm_once_names_what_failed_and_publishes_the_rest(kafka_bootstrap: str,
                                                                  tmp_path: Path) -> None:
     fabric = f"ufm-{uuid.uuid4().hex[:8]}"
-    ufm = FakeUfm()
+    ufm = FakeUfmServer()
     ufm.fail["/ufmRest/app/unhealthy_ports"] = 503
     url = await ufm.start()
     start = await _ends(kafka_bootstrap, [PORT_EVENTS.name])

@@ -22,8 +22,15 @@ from collectors.ufm_rest import (
 )
 from schemas import PortEvent, decode, encode
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "fakes"))
-from ufm_server import PASSWORD, TELEMETRY_PATH, USER, FakeUfm, fixture, self_signed  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/: the fakes package
+from fakes.ufm_server import (  # noqa: E402
+    PASSWORD,
+    TELEMETRY_PATH,
+    USER,
+    FakeUfmServer,
+    fixture,
+    self_signed,
+)
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "ufm"
 TS = 1_795_971_600_000
@@ -201,7 +208,7 @@ def config(url: str, state: Path, **kw: Any) -> UfmConfig:
 
 
 async def test_poller_round_publishes_everything_and_resumes_after_restart(tmp_path: Path) -> None:
-    ufm = FakeUfm()
+    ufm = FakeUfmServer()
     url = await ufm.start()
     try:
         pub = Recorder()
@@ -232,7 +239,7 @@ async def test_poller_round_publishes_everything_and_resumes_after_restart(tmp_p
 
 
 async def test_first_start_without_backfill_skips_history(tmp_path: Path) -> None:
-    ufm = FakeUfm()
+    ufm = FakeUfmServer()
     url = await ufm.start()
     try:
         pub = Recorder()
@@ -249,7 +256,7 @@ async def test_first_start_without_backfill_skips_history(tmp_path: Path) -> Non
 
 
 async def test_a_failing_resource_is_named_and_the_rest_published(tmp_path: Path) -> None:
-    ufm = FakeUfm()
+    ufm = FakeUfmServer()
     ufm.hang.add("/ufmRest/resources/links")
     url = await ufm.start()
     try:
@@ -280,7 +287,7 @@ async def test_a_failing_resource_is_named_and_the_rest_published(tmp_path: Path
 
 
 async def test_wrong_password_is_a_named_failure_without_the_password(tmp_path: Path) -> None:
-    ufm = FakeUfm()
+    ufm = FakeUfmServer()
     url = await ufm.start()
     try:
         poller = UfmPoller(config(url, tmp_path / "s.json", password=SecretStr("wrong"),
@@ -295,7 +302,7 @@ async def test_wrong_password_is_a_named_failure_without_the_password(tmp_path: 
 
 async def test_tls_is_verified_by_default(tmp_path: Path) -> None:
     cert, key = self_signed(tmp_path)
-    ufm = FakeUfm()
+    ufm = FakeUfmServer()
     url = await ufm.start(tls=(cert, key))
     try:
         strict = UfmPoller(config(url, tmp_path / "a.json", telemetry_url=None), Recorder())
@@ -323,7 +330,7 @@ def test_state_file_that_is_not_ours_is_refused(tmp_path: Path) -> None:
 
 
 async def test_a_bad_event_is_named_in_the_round_and_the_poller_moves_on(tmp_path: Path) -> None:
-    ufm = FakeUfm()
+    ufm = FakeUfmServer()
     ufm.events.append({"id": 97218, "event_type": "329", "timestamp": "not a time",
                        "description": "Link went down", "object_name": "900a840300ac8c40_5"})
     ufm.add_link_events(97219, 1)
