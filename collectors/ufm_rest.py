@@ -240,7 +240,7 @@ def _port_events(ident: int, code: int, entry: Mapping[str, Any], fabric: str, z
                  inv: UfmInventory, result: EventsResult) -> list[PortEvent]:
     state, reason = UFM_PORT_CODES[code]
     ts = event_ms(entry.get("timestamp"), zone_info)
-    severity = str(entry.get("severity") or "")
+    severity = str(entry.get("severity") or "")[:32]  # UFM's text, bounded in the reason
     text = str(entry.get("description") or "")
     found = [(_guid(g) or guid_str(g), k, n, p) for k, n, g, p in ufm_link_ends(text)]
     ends = [(inv.device(g, kind=k, name=n), p) for g, k, n, p in found]
@@ -298,7 +298,8 @@ def parse_unhealthy(marks: Any, *, fabric: str, ts: int, previous: Iterable[str]
     for name in sorted(set(now) - before - set(reported)):
         guid, port, entry = now[name]
         condition = entry.get("Condition")
-        why = ",".join(map(str, condition)) if isinstance(condition, list) else str(condition or "")
+        why = (",".join(map(str, condition)) if isinstance(condition, list)
+               else str(condition or ""))[:200]
         device = inv.device(guid, kind=str(entry.get("UnhealthyNodeType") or ""),
                             name=str(entry.get("UnhealthyNode") or ""))
         out.append(PortEvent(
