@@ -21,7 +21,7 @@ as extras, and their totals (``pfc_pause_rx/tx``, ``ecn_marked``) are the sum of
 value of each priority/queue seen for that port (SONiC streams one leaf per message).
 
 The device is ``source`` without a ``:port`` suffix (gnmic's target address); the contract
-port is the last integer of the interface name (``collectors.telemetry.port_number``).
+port is the last integer of the interface name (``collectors.common.port_number``).
 ``oper-status`` makes a ``port_event`` when it changes (the first reading of a port makes
 one only when it is down: an up port that was never seen down is no news).
 
@@ -41,8 +41,7 @@ from typing import Any, Literal
 import orjson
 from pydantic import ValidationError
 
-from collectors.common import stable_id
-from collectors.telemetry import port_number
+from collectors.common import port_number, stable_id
 from schemas import LEGACY_COUNTER_BITS, ContractError, Counters, PortEvent, PortSample
 from schemas.codec import contract_error
 
