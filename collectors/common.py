@@ -65,6 +65,18 @@ def to_int(value: str, line: int | None, what: str) -> int:
     return number
 
 
+_LAST_INT = re.compile(r"(\d+)(?!.*\d)")
+
+
+def port_number(interface: str, line: int | None = None) -> int:
+    """The contract port number of an Ethernet interface name: its last integer."""
+    match = _LAST_INT.search(interface)
+    if match is None:
+        raise ParseError(None, line, f"interface {interface[:60]!r} has no number to use as "
+                                     "the port")
+    return int(match.group(1))
+
+
 def guid_str(value: str | int) -> str:
     """A GUID as ``0x`` + 16 lower-case hex digits."""
     number = int(value, 16) if isinstance(value, str) else value

@@ -250,6 +250,25 @@ _UFM_CODES: dict[int, tuple[str, str | None]] = {
 }
 
 
+# The UFM event codes that are port state changes, shared with the REST poller
+# (collectors.ufm_rest): the REST API's ``description`` is the event.log line's text.
+UFM_PORT_CODES = _UFM_CODES
+
+
+def ufm_link_ends(text: str) -> list[tuple[str, str, str, int]]:
+    """``(type, name, guid, port)`` of each ``(Type:NAME:label)GUID:port`` end in ``text``;
+    empty when an end is cut off (a link event names its ends whole or not at all)."""
+    ends = _UFM_END.findall(text)
+    if not ends or text.count(" - (") >= len(ends):
+        return []
+    return [(kind, name, guid, int(port)) for kind, name, _label, guid, port in ends]
+
+
+def ufm_device(kind: str, name: str, guid: str, lids: LidMap | None = None) -> str:
+    """The contract device of a UFM end: the topology's name for the GUID, else UFM's."""
+    return _ufm_device(kind, name, guid, lids)
+
+
 def _ufm_device(kind: str, name: str, guid: str, lids: LidMap | None) -> str:
     if lids is not None:
         known = lids.device_for_guid(guid)

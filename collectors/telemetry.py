@@ -34,24 +34,16 @@ from collectors.common import (
     guarded,
     guid_str,
     lines,
+    port_number,
     to_int,
 )
 from collectors.errors import ParseError
+from collectors.gnmic_map import lookup
 from collectors.lidmap import LidMap
 from schemas import LEGACY_COUNTER_BITS, Counters
 
 MAX_JSON_BYTES = 256 * 1024 * 1024
-_LAST_INT = re.compile(r"(\d+)(?!.*\d)")
 _BACKPLANE = re.compile(r"^Ethernet-BP\d+$")
-
-
-def port_number(interface: str, line: int | None = None) -> int:
-    """The contract port number of an interface name: its last integer."""
-    match = _LAST_INT.search(interface)
-    if match is None:
-        raise ParseError(None, line, f"interface {interface[:60]!r} has no number to use as "
-                                     "the port")
-    return int(match.group(1))
 
 
 class _Ports:
@@ -150,19 +142,8 @@ def _load_json(text: str) -> Iterator[tuple[int, Any]]:
 
 # ---------------------------------------------------------------- gnmic
 
-# Leaf names from openconfig-interfaces / SR Linux / SONiC COUNTERS_DB -> contract fields.
-GNMI_FIELDS: dict[str, str] = {
-    "in-errors": "rcv_errors",
-    "in-error-packets": "rcv_errors",
-    "out-discards": "xmit_discards",
-    "out-discarded-packets": "xmit_discards",
-    "carrier-transitions": "carrier_transitions",
-    "SAI_PORT_STAT_IF_IN_ERRORS": "rcv_errors",
-    "SAI_PORT_STAT_IF_OUT_DISCARDS": "xmit_discards",
-    "SAI_PORT_STAT_IF_IN_DISCARDS": "in_discards",
-    "SAI_QUEUE_STAT_WRED_ECN_MARKED_PACKETS": "ecn_marked",
-}
-_SAI_PFC = re.compile(r"^SAI_PORT_STAT_PFC_(\d)_(RX|TX)_PKTS$")
+# Leaf paths -> contract fields: collectors.gnmic_map.GNMIC_TABLE, the one table for gnmic
+# (the Kafka consumer uses it too); a leaf it does not name is kept as its snake_case name.
 _KEYED_ELEM = re.compile(r"^([^\[]+)\[(?:name|interface|ifname|port)=([^\]]+)\]$")
 
 
@@ -183,9 +164,10 @@ def _gnmi_value(ports: _Ports, device: str, interface: str, leaf: str, value: An
     if interface and _BACKPLANE.match(interface):
         return
     key = leaf.rsplit("/", 1)[-1]
-    pfc = _SAI_PFC.match(key)
-    field = (f"pfc{pfc.group(1)}_{pfc.group(2).lower()}" if pfc
-             else GNMI_FIELDS.get(key) or _snake(key))
+    found = lookup(leaf)
+    if found is not None and found[0].kind == "oper-status":
+        return  # a state, not a counter (the Kafka consumer makes port events of it)
+    field = found[1] if found is not None and "{" not in found[1] else _snake(key)
     number = _num(value, line, key) if not isinstance(value, dict | list) else None
     if number is None and isinstance(value, str) and value.upper() not in {"N/A", "NA", ""}:
         return
@@ -277,8 +259,8 @@ def parse_gnmic(text: str, *, fabric: str, device: str | None = None,
                         if isinstance(value, dict):  # a container: its leaves
                             for sub, subvalue in value.items():
                                 if not isinstance(subvalue, dict | list):
-                                    _gnmi_value(ports, target, leaf_where, sub, subvalue, ts,
-                                                start)
+                                    _gnmi_value(ports, target, leaf_where, f"{leaf}/{sub}",
+                                                subvalue, ts, start)
                                     seen += 1
                         else:
                             _gnmi_value(ports, target, leaf_where, leaf, value, ts, start)

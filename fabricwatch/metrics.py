@@ -100,7 +100,7 @@ RUNBOOK_STATUSES = ("Running", "Completed", "Failed", "Canceled", "Terminated", 
                     "ContinuedAsNew")
 
 
-# -- the fabric agent's collectors (poll ibdiags, tail opensm) ------------------------------
+# -- the collectors (poll ibdiags, tail opensm, poll ufm, consume gnmic) --------------------
 
 COLLECTOR_ROUNDS = Counter("fabricwatch_collector_rounds",
                            "Sampling rounds (poller) or log reads (follower), by collector.",
