@@ -24,7 +24,8 @@ TS = 1_795_971_600_000
 # The fat tree the ibsim fixtures came from, so that LIDs in the seeds resolve.
 LIDS = LidMap.from_nodes(parse_nodes(
     (FIXTURES / "ibnetdiscover" / "topograph-ndr-fattree.txt").read_text()))
-OPTS = IngestOptions(fabric="lab", ts=TS, device="dev", tz="UTC", year=2026, lids=LIDS)
+OPTS = IngestOptions(fabric="lab", ts=TS, device="dev", tz="UTC", year=2026, lids=LIDS,
+                     job_label="batch.kubernetes.io/job-name")
 # A small real sample per format, to mutate.
 SEEDS: dict[str, str] = {
     "ibnetdiscover": "ibnetdiscover/manpage-voltaire-sdr-lab.txt",
@@ -44,13 +45,15 @@ SEEDS: dict[str, str] = {
     "sonic": "sonic/show-pfc-counters.txt",
     "ib_write_bw": "perftest/superbench-ib_write_bw-8M-tabs.txt",
     "nccl-tests": "nccl-tests/nris-olivia-gh200-8rank-v2.18.3.txt",
+    "slurm-squeue": "slurm/squeue-21.08-openapi-v0.0.37.json",
 }
-SAMPLE_UFM = Path(__file__).parent / "samples" / "ufm-event-log.log"
+SAMPLES = Path(__file__).parent / "samples"
+OWN_SEEDS = {"ufm-events": "ufm-event-log.log", "k8s-pods": "k8s-pods.json"}
 
 
 def _seed(fmt: str) -> str:
-    if fmt == "ufm-events":
-        return SAMPLE_UFM.read_text()
+    if fmt in OWN_SEEDS:
+        return (SAMPLES / OWN_SEEDS[fmt]).read_text()
     return (FIXTURES / SEEDS[fmt]).read_text()
 
 
