@@ -64,9 +64,9 @@ def compress_block(data: bytes | memoryview, method: int = METHOD_LZ4,
     """One compressed block (header and checksum included)."""
     raw = bytes(data)
     if method == METHOD_LZ4:
-        payload = _lz4_block.compress(raw, store_size=False)
+        payload = bytes(_lz4_block.compress(raw, store_size=False))
     elif method == METHOD_ZSTD:
-        payload = _zstd.ZstdCompressor(level=zstd_level).compress(raw)
+        payload = bytes(_zstd.ZstdCompressor(level=zstd_level).compress(raw))
     elif method == METHOD_NONE:
         payload = raw
     else:
