@@ -310,8 +310,12 @@ class LedgerEndpoint:
         result = self.ledger.raw_result(sql, fmt, params or None)
         out = result.body
         if native and revision > 0:
+            def header() -> list[str]:
+                rows = self.ledger.query(f"DESCRIBE ({sql})", params or None)
+                return [str(row["type"]) for row in rows]
+
             try:
-                out = relayout(out, revision)
+                out = relayout(out, revision, header)
             except NativeError as exc:
                 raise RequestError(500, 48, f"Code: 48. DB::Exception: {exc}. "
                                    "(NOT_IMPLEMENTED)") from None

@@ -21,6 +21,7 @@ types then (``low_cardinality_allow_in_native_format = 0``), see ``engine_settin
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 REVISION_WITH_TIMEZONE_IN_DATETIME = 54337
@@ -260,18 +261,24 @@ def _string(text: str) -> bytes:
 _DATETIME_TZ = re.compile(r"\bDateTime\('[^']*'\)")
 
 
-def relayout(data: bytes, revision: int) -> bytes:
-    """Revision-0 Native ``data`` (one or more blocks) in the layout of ``revision``."""
+def relayout(data: bytes, revision: int,
+             header: Callable[[], list[str]] | None = None) -> bytes:
+    """Revision-0 Native ``data`` (one or more blocks) in the layout of ``revision``.
+
+    Revision 0 sends a top-level ``DateTime('tz')`` as plain ``DateTime``; from 54337 the
+    time zone belongs in the type, so ``header()`` (the result's full column types, asked
+    for only when such a column occurs) gives it back."""
     if revision <= 0:
         return data
     r = _Reader(data)
     out: list[bytes | memoryview] = []
+    full_types: list[str] | None = None
     while r.pos < len(r.data):
         out.append(BLOCK_INFO)
         columns = r.varint()
         rows = r.varint()
         out.append(_varint(columns) + _varint(rows))
-        for _ in range(columns):
+        for i in range(columns):
             name = r.string()
             type_text = r.string()
             start = r.pos
@@ -279,6 +286,11 @@ def relayout(data: bytes, revision: int) -> bytes:
             sent = type_text
             if revision < REVISION_WITH_TIMEZONE_IN_DATETIME:
                 sent = _DATETIME_TZ.sub("DateTime", sent)
+            elif type_text == "DateTime" and header is not None:
+                if full_types is None:
+                    full_types = header()
+                if i < len(full_types) and full_types[i].startswith("DateTime("):
+                    sent = full_types[i]
             out.append(_string(name) + _string(sent))
             if revision >= REVISION_WITH_CUSTOM_SERIALIZATION:
                 out.append(b"\x00")

@@ -77,8 +77,9 @@ def expected(demo: tuple[EmbeddedLedger, int],
         body = json.loads(ledger.raw(job.sql.rstrip().rstrip(";"), "JSONCompact",
                                      job.params or None))
         types = [m["type"] for m in body["meta"]]
-        out[job.name] = (types, normalized_rows(body["data"], types))
-    answered = [name for name, (_, rows) in out.items() if rows]
+        names = [m["name"] for m in body["meta"]]
+        out[job.name] = (types, names, normalized_rows(body["data"], types, names))
+    answered = [name for name, (_, _, rows) in out.items() if rows]
     # The demo data must give most queries something to answer, or the comparison is empty.
     assert len(answered) >= len(out) - 2, sorted(set(out) - set(answered))
     assert any(name.startswith("panel:") for name in answered)
@@ -108,8 +109,9 @@ def test_clickhouse_connect_runs_every_query(url: str, jobs: list[Job], compress
         assert client.protocol_version == 54405  # it found the revision layout it asked for
         for job in jobs:
             result = client.query(job.sql, parameters=job.params or None)
-            types, rows = expected[job.name]
-            assert normalized_rows(result.result_rows, types) == rows, job.name
+            types, names, rows = expected[job.name]
+            assert result.column_names == tuple(names), job.name
+            assert normalized_rows(result.result_rows, types, names) == rows, job.name
         with pytest.raises(DatabaseError, match="164|READONLY|read-only"):
             client.command("CREATE TABLE nope (a UInt8) ENGINE = Memory")
     finally:
@@ -167,9 +169,9 @@ def test_clickhouse_go_runs_every_query(chgo: Path, url: str, jobs: list[Job], c
     for job in jobs:
         got = results[job.name]
         assert not got.get("error"), (job.name, got.get("error"))
-        types, rows = expected[job.name]
-        assert got["types"] == types, job.name
-        assert normalized_rows(got["rows"], types) == rows, job.name
+        types, names, rows = expected[job.name]
+        assert (got["columns"], got["types"]) == (names, types), job.name
+        assert normalized_rows(got["rows"], types, names) == rows, job.name
     # Inserts as the driver sends them (Native blocks; with lz4/zstd ClickHouse's
     # compressed blocks under decompress=1), by the writing user; the read-only user is
     # refused with ClickHouse's READONLY error.
@@ -234,10 +236,11 @@ def test_curl_runs_every_query(url: str, jobs: list[Job], netrc: Path, compresse
         assert status == 200, (job.name, body[:300])
         if compressed:
             assert headers.get("content-encoding") in ("zstd", "gzip", "deflate"), job.name
-        types, rows = expected[job.name]
+        types, names, rows = expected[job.name]
         got = json.loads(body)
-        assert [m["type"] for m in got["meta"]] == types
-        assert normalized_rows(got["data"], types) == rows, job.name
+        assert [(m["name"], m["type"]) for m in got["meta"]] == list(zip(names, types,
+                                                                         strict=True))
+        assert normalized_rows(got["data"], types, names) == rows, job.name
 
 
 def test_curl_protocol_details(url: str, netrc: Path) -> None:
