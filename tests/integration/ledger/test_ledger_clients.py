@@ -130,9 +130,10 @@ def test_clickhouse_connect_inserts_and_selects(url: str, compress: bool) -> Non
         now = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.UTC)
         client.insert(table, [[i, f"s{i}", now] for i in range(150_000)],
                       column_names=["a", "s", "t"])
-        assert client.query(f"SELECT count(), sum(a), min(t) FROM {table}").result_rows == [
+        assert client.query(f"SELECT count(), sum(a), min(t) FROM {table}"  # noqa: S608
+                            ).result_rows == [
             (150_000, sum(range(150_000)), now.replace(tzinfo=None))]  # naive UTC
-        rows = client.query(f"SELECT a, s FROM {table} WHERE a < {{n:UInt32}} ORDER BY a",
+        rows = client.query(f"SELECT a, s FROM {table} WHERE a < {{n:UInt32}} ORDER BY a",  # noqa: S608
                             parameters={"n": 2}).result_rows
         assert rows == [(0, "s0"), (1, "s1")]
     finally:
@@ -182,7 +183,7 @@ def test_clickhouse_go_runs_every_query(chgo: Path, url: str, jobs: list[Job], c
     try:
         wrote = run_chgo(chgo, addr, [
             {"name": "insert", "insert_table": table, "insert_rows": 70_000},
-            {"name": "back", "sql": f"SELECT count(), sum(a), max(s) FROM {table}"}],
+            {"name": "back", "sql": f"SELECT count(), sum(a), max(s) FROM {table}"}],  # noqa: S608
             compress=compress, user=WRITER, password=WRITER_PW)
         assert not wrote["insert"].get("error"), wrote["insert"]
         assert wrote["back"]["rows"] == [[70_000, sum(range(70_000)), "s9999"]]
@@ -190,7 +191,7 @@ def test_clickhouse_go_runs_every_query(chgo: Path, url: str, jobs: list[Job], c
             {"name": "insert", "insert_table": table, "insert_rows": 10}],
             compress=compress, user=READER, password=READER_PW)
         assert refused["insert"]["code"] == 164, refused["insert"]
-        assert ledger.query(f"SELECT count() AS n FROM {table}") == [{"n": 70_000}]
+        assert ledger.query(f"SELECT count() AS n FROM {table}") == [{"n": 70_000}]  # noqa: S608
     finally:
         ledger.execute(f"DROP TABLE IF EXISTS {table}")
 
