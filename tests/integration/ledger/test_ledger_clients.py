@@ -27,6 +27,7 @@ from .clients import (
     dashboard_jobs,
     normalized_rows,
     run_chgo,
+    unavailable,
 )
 from .demo_data import FABRIC, demo_events, demo_start_ms
 
@@ -94,6 +95,15 @@ def chgo() -> Path:
 def _addr(url: str) -> tuple[str, int]:
     host, port = url.removeprefix("http://").rsplit(":", 1)
     return host, int(port)
+
+
+def test_a_client_that_cannot_be_had_fails_in_ci(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="CI=true"):
+        unavailable("no go")
+    monkeypatch.delenv("CI")
+    with pytest.raises(pytest.skip.Exception):
+        unavailable("no go")
 
 
 # -- clickhouse-connect ------------------------------------------------------------------
