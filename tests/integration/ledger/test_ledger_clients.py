@@ -274,6 +274,12 @@ def test_curl_protocol_details(url: str, netrc: Path) -> None:
     assert (status, headers["x-clickhouse-exception-code"]) == (404, "81")
     status, headers, _ = curl(f"{url}/", data=b"DROP TABLE port_events", netrc=netrc)
     assert (status, headers["x-clickhouse-exception-code"]) == (403, "164")
+    # HTTP compression only when asked for with enable_http_compression=1, as in ClickHouse.
+    status, headers, body = curl(f"{url}/", "--compressed", data=b"SELECT 1", netrc=netrc)
+    assert (status, body, headers.get("content-encoding")) == (200, b"1\n", None)
+    status, headers, body = curl(f"{url}/?enable_http_compression=1", "--compressed",
+                                 "-H", "Accept-Encoding: gzip", data=b"SELECT 1", netrc=netrc)
+    assert (status, body, headers.get("content-encoding")) == (200, b"1\n", "gzip")
     # Settings as URL parameters reach the engine.
     status, _, body = curl(f"{url}/?max_result_rows=1&result_overflow_mode=throw",
                            data=b"SELECT number FROM numbers(5)", netrc=netrc)

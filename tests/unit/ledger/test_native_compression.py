@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import struct
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -208,3 +209,25 @@ def test_authentication() -> None:
 def test_a_non_loopback_bind_needs_users() -> None:
     with pytest.raises(ValueError, match="not loopback"):
         LedgerHTTPServer(None, host="0.0.0.0", port=0)  # type: ignore[arg-type]  # noqa: S104
+
+
+@given(st.text(min_size=1).filter(lambda u: ":" not in u), st.text())
+def test_basic_auth_round_trip(user: str, password: str) -> None:
+    assert credentials({}, {"authorization": _basic(user, password)}) == (user, password)
+
+
+def test_users_from_the_secrets(tmp_path: Path) -> None:
+    from fabricwatch.settings import LedgerSettings, SecretsSettings, Settings
+    from ledger.http import users_from
+
+    assert users_from(Settings(state_dir=tmp_path)) == []
+    ro = tmp_path / "ro"
+    ro.write_text("r-pw\n")
+    settings = Settings(state_dir=tmp_path, secrets=SecretsSettings(
+        ledger_http_password=SecretStr("w-pw"), ledger_http_readonly_password_file=ro))
+    users = users_from(settings)
+    assert [(u.name, u.password.get_secret_value(), u.writable) for u in users] == [
+        ("fabricwatch", "w-pw", True), ("grafana", "r-pw", False)]
+    same = settings.model_copy(update={"ledger": LedgerSettings(http_readonly_user="fabricwatch")})
+    with pytest.raises(ValueError, match="differ"):
+        users_from(same)
