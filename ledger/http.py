@@ -106,8 +106,9 @@ _CONTENT_TYPES = {
 # ClickHouse's exceptionCodeToHTTPStatus (src/Server/HTTP); anything else is 500.
 _STATUS = {
     **dict.fromkeys((194,), 401),  # REQUIRED_PASSWORD
-    # UNKNOWN_USER, WRONG_PASSWORD, ACCESS_DENIED, AUTHENTICATION_FAILED; READONLY as 403 too
-    **dict.fromkeys((192, 193, 497, 516, 164), 403),
+    # UNKNOWN_USER, WRONG_PASSWORD, ACCESS_DENIED, AUTHENTICATION_FAILED (READONLY, 164, is
+    # not among them: ClickHouse answers it with 500)
+    **dict.fromkeys((192, 193, 497, 516), 403),
     # BAD_ARGUMENTS, CANNOT_PARSE_*, DUPLICATE_COLUMN, ILLEGAL_COLUMN, THERE_IS_NO_COLUMN,
     # UNKNOWN_ELEMENT_IN_AST, UNKNOWN_TYPE_OF_AST_NODE, TOO_DEEP_AST, TOO_BIG_AST,
     # UNEXPECTED_AST_STRUCTURE, SYNTAX_ERROR, INCORRECT_DATA, TYPE_MISMATCH, out-of-range
@@ -290,7 +291,7 @@ class LedgerEndpoint:
         if data:
             raise RequestError(400, 62, "request data is only accepted for INSERT")
         if verb not in _READ_VERBS and not writable:
-            raise RequestError(403, 164, _READONLY)
+            raise RequestError(http_status(164), 164, _READONLY)
         fmt = (args.get("default_format") or headers.get("x-clickhouse-format")
                or "TabSeparated")
         sql = query.rstrip().rstrip(";")
@@ -359,7 +360,7 @@ class LedgerEndpoint:
 
     def _insert(self, query: str, data: bytes, writable: bool) -> Outcome:
         if not writable:
-            raise RequestError(403, 164, _READONLY)
+            raise RequestError(http_status(164), 164, _READONLY)
         match = _INSERT_FORMAT.match(query + "\n")
         if match is None:
             if data:
