@@ -130,7 +130,8 @@ def cookbook_jobs(fabric: str, device: str, port: int) -> list[Job]:
     now = dt.datetime.now(dt.UTC)
     jobs = []
     for name, query in cookbook().items():
-        given: dict[str, object] = {"device": device, "port": port}
+        # A job name for the job queries: none is placed in the demo data, so they answer empty.
+        given: dict[str, object] = {"device": device, "port": port, "job": "demo-job"}
         params = params_for(query, {k: v for k, v in given.items() if k in query.params},
                             fabric, now)
         jobs.append(Job(f"cookbook:{name}", query.sql, params))
