@@ -55,6 +55,11 @@ class LedgerSettings(_Frozen):
     http_host: str = "127.0.0.1"
     http_port: int = 18123  # the embedded engine's ClickHouse HTTP interface for other processes
     allow_writes_over_http: bool = False
+    # The endpoint's users (ledger.http): each is enabled by its password in the secrets
+    # (ledger_http_password / ledger_http_readonly_password, or their _file). A bind address
+    # other than loopback needs at least one. The read-only user is the dashboards' one.
+    http_user: str = "fabricwatch"
+    http_readonly_user: str = "grafana"
     retention_days: int = 400
     raw_counter_retention_days: int = 35
 
@@ -77,6 +82,11 @@ class SecretsSettings(_Frozen):
     # the ClickHouse server's password, instead of writing it into clickhouse_url
     clickhouse_password: SecretStr | None = None
     clickhouse_password_file: Path | None = None
+    # the embedded ledger endpoint's users (ledger.http_user, ledger.http_readonly_user)
+    ledger_http_password: SecretStr | None = None
+    ledger_http_password_file: Path | None = None
+    ledger_http_readonly_password: SecretStr | None = None
+    ledger_http_readonly_password_file: Path | None = None
 
 
 class StreamsSettings(_Frozen):
@@ -124,6 +134,15 @@ class Settings(BaseSettings):
         """The server ledger's password from the environment or its file (None: the URL's)."""
         return read_secret(self.secrets.clickhouse_password,
                            self.secrets.clickhouse_password_file, "ClickHouse password")
+
+    def ledger_http_passwords(self) -> tuple[SecretStr | None, SecretStr | None]:
+        """The ledger endpoint's passwords (user, read-only user) from the env or files."""
+        sec = self.secrets
+        return (read_secret(sec.ledger_http_password, sec.ledger_http_password_file,
+                            "ledger endpoint password"),
+                read_secret(sec.ledger_http_readonly_password,
+                            sec.ledger_http_readonly_password_file,
+                            "ledger endpoint read-only password"))
 
     @property
     def ledger_path(self) -> Path:

@@ -30,11 +30,10 @@ def open_ledger(settings: Settings, *, migrate: bool = True) -> LedgerBase:
 
         url = advertised_endpoint(settings.state_dir, other_process=True)
         if url is not None:
-            from ledger.server import ServerLedger
+            from ledger.http import endpoint_client
 
-            return ServerLedger(url, retention_days=cfg.retention_days,
-                                raw_counter_retention_days=cfg.raw_counter_retention_days,
-                                compress=False)
+            return endpoint_client(url, settings, retention_days=cfg.retention_days,
+                                   raw_counter_retention_days=cfg.raw_counter_retention_days)
     if settings.clickhouse_url:
         from ledger.server import ServerLedger
 

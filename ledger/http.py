@@ -1,56 +1,75 @@
 """ClickHouse's HTTP interface, served from the process that owns the embedded ledger.
 
-chdb lets one process open a data folder, so the owner (the worker) serves the engine on
-127.0.0.1 for everyone else: the CLI and report (through ``ServerLedger``), clickhouse-connect,
-Grafana's ClickHouse plugin, curl. Enough of the protocol for those clients:
+chdb lets one process open a data folder, so the owner (the worker, or ``fabricwatch ledger
+serve``) serves the engine for everyone else: the CLI and report (through ``ServerLedger``),
+clickhouse-connect, Grafana's ClickHouse plugin (clickhouse-go v2 over HTTP), curl. What
+ClickHouse's HTTP interface documents, for those clients:
 
-- ``GET /?query=...`` and ``GET /ping``; ``POST /`` with the query in the body, or in
-  ``?query=`` with the body as insert data; ``FORMAT <name>`` at the end of the query or
-  ``default_format=`` choose the output, which the engine itself produces (Native, JSON,
-  TSV, CSV, ...); default TabSeparated.
+- ``GET /?query=...`` (always read-only, as in ClickHouse), ``GET /ping``; ``POST /`` with the
+  query in the body, or in ``?query=`` with the body as insert data. ``FORMAT <name>`` at the
+  end of the query, else ``default_format=`` (or the ``X-ClickHouse-Format`` header), chooses
+  the output, which the engine produces; default TabSeparated.
+- ``client_protocol_version=N``: Native output in revision N's layout (``ledger.native``).
+- ``database=`` / ``X-ClickHouse-Database``: the engine has one database, ``default``;
+  another name is ClickHouse's UNKNOWN_DATABASE (81).
 - ``param_<name>=`` fill ``{name:Type}`` placeholders; any other URL parameter that is not
-  part of the transport (``database``, ``query_id``, ``session_id``, ``compress``, ...) is a
-  query setting, applied as a SETTINGS clause.
-- ``INSERT INTO t [(cols)] FORMAT <fmt>`` with the data in the body, including
-  clickhouse-connect's compressed inserts: ``Content-Encoding: lz4`` where each block is its
-  own LZ4 frame (every frame is decoded), or gzip / deflate.
-- Errors: non-2xx with ``X-ClickHouse-Exception-Code`` and ClickHouse's ``Code: N.
-  DB::Exception: ...`` text; successes carry ``X-ClickHouse-Summary``, ``-Query-Id``,
-  ``-Format`` and ``-Timezone``.
+  part of the transport is a query setting, applied as a SETTINGS clause.
+- Compression (``ledger.compression``): ``compress=1`` answers in ClickHouse's compressed
+  blocks (``network_compression_method`` LZ4 or ZSTD), ``decompress=1`` reads the body as
+  such blocks (checksums verified); ``enable_http_compression=1`` with ``Accept-Encoding``
+  compresses the response (zstd, lz4, gzip, deflate); request ``Content-Encoding`` gzip,
+  deflate, zstd or lz4 (clickhouse-connect's frame-per-block inserts).
+- Errors: ClickHouse's HTTP status for the code, ``X-ClickHouse-Exception-Code`` and the
+  ``Code: N. DB::Exception: ...`` text; successes carry ``X-ClickHouse-Summary``,
+  ``-Query-Id``, ``-Format``, ``-Timezone`` and ``-Server-Display-Name``.
+- Users: ``X-ClickHouse-User`` / ``X-ClickHouse-Key`` headers, HTTP basic auth, or
+  ``user=`` / ``password=`` parameters. With users configured every query must name one with
+  its password (else ClickHouse's AUTHENTICATION_FAILED, 516); the read-only user never
+  writes. Without users (loopback only) authentication is off. A bind address other than
+  loopback refuses to start without users.
 
-Read-only unless ``allow_writes``: only SELECT / WITH / SHOW / DESCRIBE / EXPLAIN / EXISTS
-statements run, one statement per request, each with ``readonly=1`` appended last (the
-engine then refuses writes and file/url table functions itself). GET is always read-only, as in
-ClickHouse. There is no authentication: the endpoint binds to loopback only. The database
-is the engine's one (``default``); a ``database`` parameter is accepted and ignored.
-Response bodies are not compressed (clients accept that).
+Read-only unless ``allow_writes`` (and then only for the writing user, over POST): only
+SELECT / WITH / SHOW / DESCRIBE / EXPLAIN / EXISTS statements run, one statement per request,
+each with ``readonly=1`` appended last (the engine then refuses writes and file/url table
+functions itself).
 """
 
 from __future__ import annotations
 
-import gzip
-import importlib
+import base64
+import hmac
+import ipaddress
 import json
 import os
 import re
 import threading
 import uuid
-import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl, quote, urlsplit
+
+from pydantic import SecretStr
 
 from ledger.base import LedgerBase, LedgerError
+from ledger.compression import (
+    METHOD_ZSTD,
+    CompressionError,
+    choose_encoding,
+    compress_blocks,
+    decode_body,
+    decompress_blocks,
+    encode_body,
+    method_byte,
+)
 from ledger.embedded import EmbeddedLedger
 from ledger.migrations import strip_comments
+from ledger.native import NativeError, engine_settings, relayout
 
 if TYPE_CHECKING:
     from fabricwatch.settings import Settings
-
-# lz4 ships no type information; one untyped handle instead of a mypy override.
-_lz4_frame: Any = importlib.import_module("lz4.frame")
+    from ledger.server import ServerLedger
 
 ENDPOINT_FILE = "ledger-endpoint.json"
 MAX_BODY = 1 << 30  # 1 GiB: a runaway client gets a clear error, not an OOM
@@ -63,6 +82,7 @@ _TRANSPORT = frozenset({
     "buffer_size", "role", "client_protocol_version", "add_http_cors_header",
     "http_headers_progress_interval_ms", "send_progress_in_http_headers",
     "cancel_http_readonly_queries_on_client_close", "http_response_buffer_size",
+    "network_compression_method", "network_zstd_compression_level",
     # Clients may ask for these; the endpoint decides them itself.
     "readonly", "allow_ddl",
 })
@@ -83,8 +103,27 @@ _CONTENT_TYPES = {
     "CSV": "text/csv; charset=UTF-8; header=absent",
     "CSVWithNames": "text/csv; charset=UTF-8; header=present",
 }
-# ClickHouse's HTTP statuses for common error codes; anything else is 500.
-_STATUS = {62: 400, 27: 400, 36: 400, 47: 400, 60: 404, 81: 404, 164: 403, 497: 403}
+# ClickHouse's exceptionCodeToHTTPStatus (src/Server/HTTP); anything else is 500.
+_STATUS = {
+    **dict.fromkeys((194,), 401),  # REQUIRED_PASSWORD
+    # UNKNOWN_USER, WRONG_PASSWORD, ACCESS_DENIED, AUTHENTICATION_FAILED (READONLY, 164, is
+    # not among them: ClickHouse answers it with 500)
+    **dict.fromkeys((192, 193, 497, 516), 403),
+    # BAD_ARGUMENTS, CANNOT_PARSE_*, DUPLICATE_COLUMN, ILLEGAL_COLUMN, THERE_IS_NO_COLUMN,
+    # UNKNOWN_ELEMENT_IN_AST, UNKNOWN_TYPE_OF_AST_NODE, TOO_DEEP_AST, TOO_BIG_AST,
+    # UNEXPECTED_AST_STRUCTURE, SYNTAX_ERROR, INCORRECT_DATA, TYPE_MISMATCH, out-of-range
+    **dict.fromkeys((36, 427, 6, 25, 26, 38, 41, 72, 441, 27, 376, 15, 44, 37, 123, 8, 167,
+                     168, 223, 62, 117, 53, 321), 400),
+    # UNKNOWN_TABLE, _FUNCTION, _IDENTIFIER, _TYPE, _STORAGE, _DATABASE, _SETTING,
+    # _DIRECTION_OF_SORTING, _AGGREGATE_FUNCTION, _FORMAT, _DATABASE_ENGINE, _TYPE_OF_QUERY
+    **dict.fromkeys((60, 46, 47, 50, 56, 81, 115, 152, 63, 73, 336, 78), 404),
+    229: 413, 48: 501, 209: 503, 76: 503, 381: 411, 159: 408, 439: 503,
+}
+_LOOPBACK_NAMES = frozenset({"localhost"})
+
+
+def http_status(code: int) -> int:
+    return _STATUS.get(code, 500)
 
 
 class RequestError(Exception):
@@ -128,27 +167,21 @@ def _setting_literal(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def decode_body(body: bytes, encoding: str | None) -> bytes:
-    """Undo ``Content-Encoding``. lz4 bodies are a sequence of frames, one per block."""
-    enc = (encoding or "").strip().lower()
-    if not enc or enc == "identity":
-        return body
-    if enc == "lz4":
-        out: list[bytes] = []
-        rest = body
-        while rest:
-            decompressor = _lz4_frame.LZ4FrameDecompressor()
-            out.append(decompressor.decompress(rest))
-            if not decompressor.eof:
-                raise RequestError(400, 27, "truncated lz4 frame in the request body")
-            rest = decompressor.unused_data
-        return b"".join(out)
-    if enc == "gzip":
-        return gzip.decompress(body)
-    if enc == "deflate":
-        return zlib.decompress(body)
-    raise RequestError(415, 48, f"Content-Encoding {enc!r} is not supported here "
-                                "(use lz4, gzip or deflate, or none)")
+_READONLY = ("Code: 164. DB::Exception: the fabricwatch ledger endpoint is read-only for "
+             "this request (ledger.allow_writes_over_http, a writing user, POST). (READONLY)")
+
+
+@dataclass(frozen=True)
+class User:
+    """One user of the endpoint: its password and whether it may write."""
+
+    name: str
+    password: SecretStr
+    writable: bool
+
+    def __post_init__(self) -> None:
+        if not self.name or not self.password.get_secret_value():
+            raise ValueError("a ledger endpoint user needs a name and a non-empty password")
 
 
 @dataclass
@@ -156,14 +189,66 @@ class Outcome:
     body: bytes
     fmt: str
     summary: dict[str, str]
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+def _auth_failed(user: str) -> RequestError:
+    return RequestError(403, 516, f"Code: 516. DB::Exception: {user}: Authentication failed: "
+                        "password is incorrect, or there is no user with such name. "
+                        "(AUTHENTICATION_FAILED)")
+
+
+def credentials(args: dict[str, str], headers: dict[str, str]) -> tuple[str, str] | None:
+    """The (user, password) a request names, as ClickHouse reads them; None: none given.
+
+    One way per request: X-ClickHouse-User/-Key headers, basic auth, or user/password
+    parameters (ClickHouse refuses a mix of them)."""
+    ways: list[tuple[str, str]] = []
+    if "x-clickhouse-user" in headers or "x-clickhouse-key" in headers:
+        ways.append((headers.get("x-clickhouse-user") or "default",
+                     headers.get("x-clickhouse-key", "")))
+    auth = headers.get("authorization", "")
+    if auth[:6].lower() == "basic ":
+        try:
+            user, _, password = base64.b64decode(auth[6:].strip(), validate=True).decode(
+                "utf-8").partition(":")
+        except (ValueError, UnicodeDecodeError):
+            raise RequestError(403, 516, "Code: 516. DB::Exception: malformed basic "
+                               "authorization header. (AUTHENTICATION_FAILED)") from None
+        ways.append((user or "default", password))
+    elif auth:
+        raise RequestError(403, 516, "Code: 516. DB::Exception: only basic authorization "
+                           "is served here. (AUTHENTICATION_FAILED)")
+    if "user" in args or "password" in args:
+        ways.append((args.get("user") or "default", args.get("password", "")))
+    if len(ways) > 1:
+        raise RequestError(403, 516, "Code: 516. DB::Exception: Invalid authentication: it "
+                           "is not allowed to use more than one authentication method (headers, "
+                           "basic auth, URL parameters) at once. (AUTHENTICATION_FAILED)")
+    return ways[0] if ways else None
 
 
 class LedgerEndpoint:
     """The protocol logic, independent of the HTTP server machinery (testable directly)."""
 
-    def __init__(self, ledger: EmbeddedLedger, *, allow_writes: bool = False) -> None:
+    def __init__(self, ledger: EmbeddedLedger, *, allow_writes: bool = False,
+                 users: list[User] | None = None) -> None:
         self.ledger = ledger
         self.allow_writes = allow_writes
+        self.users = {u.name: u for u in users or []}
+
+    def authenticate(self, args: dict[str, str], headers: dict[str, str]) -> User | None:
+        """The request's user (None: authentication is off); refuses wrong credentials."""
+        given = credentials(args, headers)
+        if not self.users:
+            return None
+        name, password = given or ("default", "")
+        user = self.users.get(name)
+        # compare_digest on both branches: a missing user costs what a wrong password does.
+        expected = user.password.get_secret_value() if user else "\0not a password"
+        if not hmac.compare_digest(password.encode(), expected.encode()) or user is None:
+            raise _auth_failed(name)
+        return user
 
     def handle(self, method: str, target: str, body: bytes,
                headers: dict[str, str]) -> Outcome:
@@ -173,7 +258,15 @@ class LedgerEndpoint:
             return Outcome(b"Ok.\n", "TabSeparated", {})
         if url.path not in ("", "/"):
             raise RequestError(404, 0, f"there is no handler for {url.path}")
+        user = self.authenticate(args, headers)
+        database = args.get("database") or headers.get("x-clickhouse-database") or "default"
+        if database != "default":
+            raise RequestError(404, 81, f"Code: 81. DB::Exception: Database {database} does "
+                               "not exist: the embedded ledger has one database, default. "
+                               "(UNKNOWN_DATABASE)")
         data = decode_body(body, headers.get("content-encoding")) if body else b""
+        if data and args.get("decompress") == "1":
+            data = decompress_blocks(data)
         query = args.get("query")
         if query is None:
             if method != "POST" or not data:
@@ -187,7 +280,9 @@ class LedgerEndpoint:
         for name in settings:
             if not _SETTING_NAME.match(name):
                 raise RequestError(400, 115, f"unknown setting {name[:64]!r}")
-        writable = self.allow_writes and method == "POST"
+        revision = _revision(args.get("client_protocol_version"))
+        writable = (self.allow_writes and method == "POST"
+                    and (user is None or user.writable))
         verb = first_verb(query)
         if not single_statement(query):
             raise RequestError(400, 62, "one statement per request")
@@ -196,23 +291,59 @@ class LedgerEndpoint:
         if data:
             raise RequestError(400, 62, "request data is only accepted for INSERT")
         if verb not in _READ_VERBS and not writable:
-            raise RequestError(403, 164, "Code: 164. DB::Exception: the fabricwatch ledger "
-                               "endpoint is read-only (ledger.allow_writes_over_http). "
-                               "(READONLY)")
-        fmt = args.get("default_format") or "TabSeparated"
+            raise RequestError(http_status(164), 164, _READONLY)
+        fmt = (args.get("default_format") or headers.get("x-clickhouse-format")
+               or "TabSeparated")
         sql = query.rstrip().rstrip(";")
         match = _FORMAT_TAIL.search(sql)
         if match:
             fmt = match.group(1)
             sql = sql[:match.start()]
+        native = fmt == "Native"
         if verb in _READ_VERBS and verb not in ("SHOW", "DESCRIBE", "DESC", "EXISTS"):
+            if native:
+                settings.update(engine_settings(revision))
             if not writable:
                 # Last in the clause, after the client's settings: readonly=1 also refuses
                 # file() / url() table functions (readonly=2 would allow them).
                 settings["readonly"] = "1"
             sql = with_settings(sql, settings)
         result = self.ledger.raw_result(sql, fmt, params or None)
-        return Outcome(result.body, fmt, result.summary())
+        out = result.body
+        if native and revision > 0:
+            def header() -> list[str]:
+                try:
+                    rows = self.ledger.query(f"DESCRIBE ({sql})", params or None)
+                except LedgerError:  # then plain DateTime: the same instants (UTC server)
+                    return []
+                return [str(row["type"]) for row in rows]
+
+            try:
+                out = relayout(out, revision, header)
+            except NativeError as exc:
+                raise RequestError(500, 48, f"Code: 48. DB::Exception: {exc}. "
+                                   "(NOT_IMPLEMENTED)") from None
+        return self._encoded(Outcome(out, fmt, result.summary()), args, headers)
+
+    @staticmethod
+    def _encoded(outcome: Outcome, args: dict[str, str], headers: dict[str, str]) -> Outcome:
+        """The response body in the compressions the request asked for."""
+        if args.get("compress") == "1":
+            method = method_byte(args.get("network_compression_method"))
+            text = args.get("network_zstd_compression_level") or "1"
+            level = int(text) if text.isdigit() else 0
+            if method == METHOD_ZSTD and not 1 <= level <= 22:
+                raise RequestError(400, 36, "network_zstd_compression_level must be 1..22")
+            outcome.body = compress_blocks(outcome.body, method, level)
+        if args.get("enable_http_compression") == "1":
+            encoding = choose_encoding(headers.get("accept-encoding"))
+            if encoding is not None:
+                zlevel = args.get("http_zlib_compression_level")
+                lvl = (int(zlevel) if zlevel and zlevel.isdigit()
+                       and encoding in ("gzip", "deflate") else None)
+                outcome.body = encode_body(outcome.body, encoding, lvl)
+                outcome.headers["Content-Encoding"] = encoding
+        return outcome
 
     @staticmethod
     def _split_body(data: bytes) -> tuple[str, bytes]:
@@ -229,9 +360,7 @@ class LedgerEndpoint:
 
     def _insert(self, query: str, data: bytes, writable: bool) -> Outcome:
         if not writable:
-            raise RequestError(403, 164, "Code: 164. DB::Exception: the fabricwatch ledger "
-                               "endpoint is read-only (ledger.allow_writes_over_http). "
-                               "(READONLY)")
+            raise RequestError(http_status(164), 164, _READONLY)
         match = _INSERT_FORMAT.match(query + "\n")
         if match is None:
             if data:
@@ -241,6 +370,21 @@ class LedgerEndpoint:
         rows = self.ledger.insert_format(match.group(1), match.group(2), [data])
         return Outcome(b"", "TabSeparated", {"written_rows": str(rows),
                                              "written_bytes": str(len(data))})
+
+
+def _revision(value: str | None) -> int:
+    if not value:
+        return 0
+    if not value.isdigit() or len(value) > 10:
+        raise RequestError(400, 36, "Code: 36. DB::Exception: client_protocol_version must "
+                           "be a number. (BAD_ARGUMENTS)")
+    return int(value)
+
+
+def error_text(code: int, message: str) -> str:
+    """ClickHouse's error body: ``Code: N. DB::Exception: ...``."""
+    text = message if message.startswith("Code:") else f"Code: {code}. DB::Exception: {message}"
+    return text.rstrip() + "\n"
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -270,10 +414,14 @@ class _Handler(BaseHTTPRequestHandler):
         except RequestError as exc:
             self._error(exc.status, exc.code, str(exc), query_id)
             return
+        except CompressionError as exc:
+            self._error(http_status(exc.code) if exc.code != 271 else 400, exc.code,
+                        str(exc), query_id)
+            return
         except LedgerError as exc:
             match = _CODE.search(str(exc))
             code = int(match.group(1)) if match else 1002
-            self._error(_STATUS.get(code, 500), code, str(exc), query_id)
+            self._error(http_status(code), code, str(exc), query_id)
             return
         except (ValueError, OSError, RuntimeError) as exc:
             self._error(400, 0, f"bad request: {exc}", query_id)
@@ -283,6 +431,8 @@ class _Handler(BaseHTTPRequestHandler):
             outcome.fmt, "text/tab-separated-values; charset=UTF-8"
             if outcome.fmt.startswith(("TabSeparated", "TSV")) else "application/octet-stream"))
         self.send_header("Content-Length", str(len(outcome.body)))
+        for name, value in outcome.headers.items():
+            self.send_header(name, value)
         self.send_header("X-ClickHouse-Query-Id", query_id)
         self.send_header("X-ClickHouse-Format", outcome.fmt)
         self.send_header("X-ClickHouse-Timezone", "UTC")
@@ -306,8 +456,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.rfile.readline()
 
     def _error(self, status: int, code: int, message: str, query_id: str) -> None:
-        text = message if message.startswith("Code:") else f"Code: {code}. DB::Exception: {message}"
-        body = (text.rstrip() + "\n").encode()
+        body = error_text(code, message).encode()
         self.send_response(status)
         self.send_header("Content-Type", "text/plain; charset=UTF-8")
         self.send_header("Content-Length", str(len(body)))
@@ -325,22 +474,37 @@ class _Server(ThreadingHTTPServer):
     endpoint: LedgerEndpoint
 
 
+def is_loopback(host: str) -> bool:
+    if host in _LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 class LedgerHTTPServer:
-    """Serve ``ledger`` on ``host:port`` in a background thread; ``port=0`` picks one."""
+    """Serve ``ledger`` on ``host:port`` in a background thread; ``port=0`` picks one.
+
+    Loopback by default; any other address needs ``users`` (refused otherwise)."""
 
     def __init__(self, ledger: EmbeddedLedger, *, host: str = "127.0.0.1", port: int = 18123,
-                 allow_writes: bool = False) -> None:
-        if host not in ("127.0.0.1", "::1", "localhost"):
-            raise ValueError("the embedded ledger endpoint binds to loopback only")
+                 allow_writes: bool = False, users: list[User] | None = None) -> None:
+        if not is_loopback(host) and not users:
+            raise ValueError(
+                f"the ledger endpoint binds to {host}, not loopback: that needs a user and "
+                "password (secrets ledger_http_password / ledger_http_readonly_password or "
+                "their _file)")
         self._server = _Server((host, port), _Handler)
-        self._server.endpoint = LedgerEndpoint(ledger, allow_writes=allow_writes)
+        self._server.endpoint = LedgerEndpoint(ledger, allow_writes=allow_writes, users=users)
         self._thread: threading.Thread | None = None
         self._endpoint_file: Path | None = None
 
     @property
     def url(self) -> str:
         host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
+        host = str(host)
+        return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
     def start(self, state_dir: Path | None = None) -> str:
         """Start serving; with ``state_dir``, advertise the endpoint there for the CLI."""
@@ -352,7 +516,8 @@ class LedgerHTTPServer:
             path = state_dir / ENDPOINT_FILE
             tmp = path.with_suffix(".tmp")
             tmp.write_text(json.dumps({"pid": os.getpid(), "url": self.url,
-                                       "writable": self._server.endpoint.allow_writes}))
+                                       "writable": self._server.endpoint.allow_writes,
+                                       "auth": bool(self._server.endpoint.users)}))
             tmp.replace(path)
             self._endpoint_file = path
         return self.url
@@ -371,6 +536,45 @@ class LedgerHTTPServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def users_from(settings: Settings) -> list[User]:
+    """The endpoint's users: each configured user whose password the secrets hold."""
+    cfg = settings.ledger
+    writer, reader = settings.ledger_http_passwords()
+    users = []
+    if writer is not None:
+        users.append(User(cfg.http_user, writer, writable=True))
+    if reader is not None:
+        users.append(User(cfg.http_readonly_user, reader, writable=False))
+    if len({u.name for u in users}) != len(users):
+        raise ValueError("ledger.http_user and ledger.http_readonly_user must differ")
+    return users
+
+
+def server_for(ledger: EmbeddedLedger, settings: Settings,
+               port: int | None = None) -> LedgerHTTPServer:
+    """The endpoint ``settings.ledger`` describes (bind address, users, writes)."""
+    cfg = settings.ledger
+    return LedgerHTTPServer(ledger, host=cfg.http_host,
+                            port=cfg.http_port if port is None else port,
+                            allow_writes=cfg.allow_writes_over_http, users=users_from(settings))
+
+
+def endpoint_client(url: str, settings: Settings, **kwargs: Any) -> ServerLedger:
+    """A ``ServerLedger`` over an advertised endpoint, as the settings' user (the writing
+    user if its password is configured, else the read-only one, else none)."""
+    from ledger.server import ServerLedger
+
+    cfg = settings.ledger
+    writer, reader = settings.ledger_http_passwords()
+    user, password = ((cfg.http_user, writer) if writer is not None
+                      else (cfg.http_readonly_user, reader) if reader is not None
+                      else (None, None))
+    if user is not None:
+        scheme, _, rest = url.partition("://")
+        url = f"{scheme}://{quote(user, safe='')}@{rest}"
+    return ServerLedger(url, password=password, compress=False, **kwargs)
 
 
 def advertised_endpoint(state_dir: Path, *, other_process: bool = False) -> str | None:
@@ -400,8 +604,6 @@ def serve_embedded(ledger: LedgerBase, settings: Settings) -> LedgerHTTPServer |
     None for a server ledger, which needs no endpoint. Call ``stop()`` at shutdown."""
     if not isinstance(ledger, EmbeddedLedger):
         return None
-    cfg = settings.ledger
-    server = LedgerHTTPServer(ledger, host=cfg.http_host, port=cfg.http_port,
-                              allow_writes=cfg.allow_writes_over_http)
+    server = server_for(ledger, settings)
     server.start(settings.state_dir)
     return server

@@ -28,7 +28,7 @@ from schemas import ContractError
 
 
 def _connect(settings: Settings, *, for_write: bool = False) -> tuple[LedgerBase, str]:
-    from ledger.http import advertised_endpoint
+    from ledger.http import advertised_endpoint, endpoint_client
     from ledger.server import ServerLedger
 
     cfg = settings.ledger
@@ -39,9 +39,9 @@ def _connect(settings: Settings, *, for_write: bool = False) -> tuple[LedgerBase
                             create_database=for_write), "server"
     url = advertised_endpoint(settings.state_dir)
     if url is not None:
-        return ServerLedger(url, retention_days=cfg.retention_days,
-                            raw_counter_retention_days=cfg.raw_counter_retention_days,
-                            compress=False), f"endpoint {url}"
+        return endpoint_client(url, settings, retention_days=cfg.retention_days,
+                               raw_counter_retention_days=cfg.raw_counter_retention_days
+                               ), f"endpoint {url}"
     from ledger.embedded import EmbeddedLedger
 
     fresh = not settings.ledger_path.exists()
@@ -238,7 +238,7 @@ def tables_command(fmt: str) -> None:
 def serve_command(port: int | None, ingest: bool) -> None:
     """Own the embedded ledger and serve its ClickHouse HTTP endpoint until interrupted."""
     from ledger.embedded import EmbeddedLedger
-    from ledger.http import LedgerHTTPServer
+    from ledger.http import server_for
 
     settings = load_settings()
     cfg = settings.ledger
@@ -249,9 +249,11 @@ def serve_command(port: int | None, ingest: bool) -> None:
         raise click.ClickException(str(exc)) from None
     try:
         ledger.migrate()
-        server = LedgerHTTPServer(ledger, host=cfg.http_host,
-                                  port=cfg.http_port if port is None else port,
-                                  allow_writes=cfg.allow_writes_over_http)
+        try:
+            server = server_for(ledger, settings, port=port)
+        except ValueError as exc:  # a bind address other than loopback without users
+            click.echo(f"error: {exc}", err=True)
+            raise SystemExit(2) from None
         url = server.start(settings.state_dir)
         click.echo(f"ledger {settings.ledger_path} served on {url} "
                    f"({'read-write' if cfg.allow_writes_over_http else 'read-only'})"

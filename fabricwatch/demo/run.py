@@ -429,14 +429,13 @@ class Demo:
         from fabricwatch.report.build import build_report
         from fabricwatch.report.html import render_html
         from fabricwatch.report.terminal import print_summary
-        from ledger.http import advertised_endpoint
-        from ledger.server import ServerLedger
+        from ledger.http import advertised_endpoint, endpoint_client
 
         url = advertised_endpoint(self.state_dir)
         if url is None:
             self.console.print("[yellow]the ledger endpoint is gone; no report[/]")
             return None
-        ledger = ServerLedger(url)
+        ledger = endpoint_client(url, self.settings)
         try:
             report = build_report(ledger, since_ms=int(self._started_wall * 1000) - 3_600_000,
                                   until_ms=int(time.time() * 1000) + 60_000,

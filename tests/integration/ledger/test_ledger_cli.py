@@ -4,6 +4,7 @@ endpoint (the CLI must not try to open a folder another process owns)."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -110,5 +111,45 @@ def test_cli_direct_and_through_the_endpoint(state_dir: Path) -> None:
             assert result.exit_code == 2
             result = runner.invoke(main, ["ledger", "query", "isolated_ports", "-p", "oops"])
             assert result.exit_code == 2
+    finally:
+        ledger.close()
+
+
+def test_serve_refuses_a_non_loopback_bind_without_users(state_dir: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FABRICWATCH_LEDGER__HTTP_HOST", "0.0.0.0")  # noqa: S104 - refused
+    result = CliRunner().invoke(main, ["ledger", "serve", "--port", "0"])
+    assert result.exit_code == 2
+    assert "not loopback" in result.output and "ledger_http_password" in result.output
+
+
+def test_cli_through_an_endpoint_with_users(state_dir: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The owner serves with users from the secrets files; the CLI of another process signs
+    in as the configured user, and a wrong password is ClickHouse's AUTHENTICATION_FAILED."""
+    from fabricwatch.settings import Settings
+    from ledger.http import server_for
+
+    secret = state_dir / "ro-password"
+    secret.write_text("r-secret\n")
+    monkeypatch.setenv("FABRICWATCH_SECRETS__LEDGER_HTTP_READONLY_PASSWORD_FILE", str(secret))
+    ledger = EmbeddedLedger(state_dir / "ledger")
+    try:
+        ledger.migrate()
+        with server_for(ledger, Settings(), port=0) as server:
+            url = server.start(state_dir)
+            info = json.loads((state_dir / "ledger-endpoint.json").read_text())
+            assert info["auth"] is True
+            info["pid"] = os.getppid()  # as if another live process owned it
+            (state_dir / "ledger-endpoint.json").write_text(json.dumps(info))
+            runner = CliRunner()
+            result = runner.invoke(main, ["ledger", "query", "SELECT count() AS n FROM "
+                                          "port_events", "--format", "json"])
+            assert result.exit_code == 0, result.output
+            assert json.loads(result.output) == [{"n": 0}]
+            secret.write_text("wrong\n")
+            result = runner.invoke(main, ["ledger", "query", "SELECT 1"])
+            assert result.exit_code != 0 and "516" in result.output, result.output
+            assert url
     finally:
         ledger.close()
