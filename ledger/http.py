@@ -65,7 +65,7 @@ from ledger.compression import (
 )
 from ledger.embedded import EmbeddedLedger
 from ledger.migrations import strip_comments
-from ledger.native import NativeError, engine_settings, relayout
+from ledger.native import NativeError, engine_settings, header_block, relayout
 
 if TYPE_CHECKING:
     from fabricwatch.settings import Settings
@@ -310,13 +310,24 @@ class LedgerEndpoint:
             sql = with_settings(sql, settings)
         result = self.ledger.raw_result(sql, fmt, params or None)
         out = result.body
-        if native and revision > 0:
-            def header() -> list[str]:
+        described: list[tuple[str, str]] | None = None
+
+        def describe() -> list[tuple[str, str]]:
+            nonlocal described
+            if described is None:
                 try:
                     rows = self.ledger.query(f"DESCRIBE ({sql})", params or None)
                 except LedgerError:  # then plain DateTime: the same instants (UTC server)
-                    return []
-                return [str(row["type"]) for row in rows]
+                    rows = []
+                described = [(str(row["name"]), str(row["type"])) for row in rows]
+            return described
+
+        if native and not out and verb in ("SELECT", "WITH") and describe():
+            # the engine sends nothing for no rows; a server sends the columns' header
+            out = header_block(describe())
+        if native and revision > 0:
+            def header() -> list[str]:
+                return [type_text for _, type_text in describe()]
 
             try:
                 out = relayout(out, revision, header)

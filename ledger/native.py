@@ -236,6 +236,8 @@ def _skip_data(node: TypeNode, rows: int, r: _Reader) -> None:
 
 
 def _skip_column(type_text: str, rows: int, r: _Reader) -> None:
+    if rows == 0:  # zero rows are zero bytes of data, prefix included (a server's NativeWriter)
+        return
     node = parse_type(type_text)
     _skip_prefix(node, r)
     _skip_data(node, rows, r)
@@ -295,6 +297,17 @@ def relayout(data: bytes, revision: int,
             if revision >= REVISION_WITH_CUSTOM_SERIALIZATION:
                 out.append(b"\x00")
             out.append(r.data[start:r.pos])
+    return b"".join(out)
+
+
+def header_block(columns: list[tuple[str, str]]) -> bytes:
+    """A revision-0 block of no rows that names the result's columns and types.
+
+    A server answers an empty result with this block (zero rows carry zero bytes of data),
+    so a driver still learns the columns; the embedded engine sends nothing at all."""
+    out = [_varint(len(columns)), _varint(0)]
+    for name, type_text in columns:
+        out.append(_string(name) + _string(type_text))
     return b"".join(out)
 
 

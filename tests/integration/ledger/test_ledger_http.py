@@ -173,3 +173,24 @@ def test_open_ledger_uses_another_owners_endpoint(tmp_path: Path) -> None:
             assert url
     finally:
         owner.close()
+
+
+@pytest.mark.parametrize("revision", [0, 54460])
+def test_an_empty_native_result_still_names_its_columns(endpoint: str, revision: int) -> None:
+    # a server answers no rows with a header block (names, types, zero rows); the embedded
+    # engine sends nothing, and drivers then report no columns at all
+    query = urllib.parse.quote("SELECT toUInt32(1) AS a, 'x' AS s WHERE 0")
+    status, _, body = _http(f"{endpoint}/?default_format=Native&client_protocol_version="
+                            f"{revision}&query={query}")
+    assert status == 200
+    block_info = b"\x01\x00\x02\xff\xff\xff\xff\x00" if revision else b""
+    marker = b"\x00" if revision >= 54454 else b""
+    assert body == (block_info + b"\x02\x00" + b"\x01a\x06UInt32" + marker
+                    + b"\x01s\x06String" + marker)
+    port = int(endpoint.rsplit(":", 1)[1])
+    client = clickhouse_connect.get_client(host="127.0.0.1", port=port)
+    try:
+        result = client.query("SELECT toUInt32(1) AS a, 'x' AS s WHERE 0")
+        assert result.column_names == ("a", "s") and result.result_rows == []
+    finally:
+        client.close()
