@@ -59,6 +59,10 @@ class DetectionKind(StrEnum):
     UNEXPECTED_LINK = "unexpected_link"
     BREAKER_OPEN = "breaker_open"
     CONFIG_POSTURE = "config_posture"  # a configuration audit finding (fabricwatch audit)
+    # A device (port 0: the whole device) or a port that stopped reporting while the rest
+    # of the fabric went on; ``stale_end`` closes that episode when it reports again.
+    STALE = "stale"
+    STALE_END = "stale_end"
 
 
 def ts_to_ms(value: Any) -> int:
@@ -241,6 +245,10 @@ class PortSample(BaseModel):
     module_temp_c: StrictFloat | None = None
     rx_power_dbm: StrictFloat | None = None
     counter_bits: dict[str, StrictInt] | None = None
+    # Set when the collector could not read this port this time (a NIC that disappeared, an
+    # unreadable file, a value that is not a number, a tool that timed out): the port is
+    # named, its counters are whatever could be read (often none), and it is not healthy.
+    error: Annotated[str, Field(min_length=1, max_length=1024)] | None = None
 
 
 class Counters(Envelope):
