@@ -13,6 +13,8 @@ restarted or rebalanced worker recovers them), keyed like their source topic:
   the counters agent fills with link_downed increases re-keyed from device to port (both
   topics have the same partition count, so Faust assigns them together);
 * ``counters`` by device, ``probes`` by rail, ``topology`` by fabric;
+* ``stale`` by fabric and counters partition (``streams/stale/agent.py``: the devices whose
+  messages a partition carries, and that partition's event-time clock);
 * ``breaker`` by SU, fed by the internal ``breaker`` topic (isolating detections and
   ``fabric.actions`` records re-keyed by SU).
 
@@ -177,9 +179,10 @@ class StreamsApp:
         from streams.degraded_link import agent as topology_agent
         from streams.flap import agent as flap_agent
         from streams.probes import agent as probes_agent
+        from streams.stale import agent as stale_agent
 
         for module in (flap_agent, counters_agent, probes_agent, topology_agent,
-                       breaker_agent):
+                       breaker_agent, stale_agent):
             module.register(self)
         if self.plan is not None:  # the topology area's diff agent (miswire, missing, ...)
             from streams.topology import agent as topology_diff_agent
