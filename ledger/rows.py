@@ -86,6 +86,15 @@ def counter_samples(event: Counters) -> list[RawSample]:
     head = (event.id, _sec(event.ts), event.fabric, event.source, event.device)
     out: list[RawSample] = []
     for sample in event.ports:
+        if sample.error is not None:
+            # A port the collector could not read: its nulls would store as the port's
+            # last values and zero the next real delta. Its silence is the stale detector's.
+            continue
+        if sample.device is not None:  # a host agent's sample of one of its HCAs
+            out.extend(counter_samples(event.model_copy(
+                update={"device": sample.device,
+                        "ports": [sample.model_copy(update={"device": None})]})))
+            continue
         serial: str | None = None
         extra = sample.__pydantic_extra__
         if extra:

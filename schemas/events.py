@@ -249,6 +249,15 @@ class PortSample(BaseModel):
     # unreadable file, a value that is not a number, a tool that timed out): the port is
     # named, its counters are whatever could be read (often none), and it is not healthy.
     error: Annotated[str, Field(min_length=1, max_length=1024)] | None = None
+    # The sample's own device where it is not the message's: a host agent sends one
+    # message per host (``device`` = the host) whose samples are its HCAs' ports
+    # (``node0042/mlx5_3``). ``Counters.split`` gives consumers one message per device.
+    device: Device | None = None
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, value: str | None) -> str | None:
+        return None if value is None else check_device(value)
 
 
 class Counters(Envelope):
@@ -266,11 +275,35 @@ class Counters(Envelope):
     @model_validator(mode="after")
     def _port_range(self) -> Counters:
         limit = MAX_IB_PORT if self.source in IB_SOURCES else MAX_ETH_PORT
+        seen: set[tuple[str, int]] = set()
         for i, sample in enumerate(self.ports):
             if not 0 <= sample.port <= limit:
                 raise FieldError(f"ports.{i}.port",
                                  f"ports.{i}.port {sample.port} is outside 0..{limit}")
+            if sample.device is not None:
+                where = (sample.device, sample.port)
+                if where in seen:
+                    raise FieldError(f"ports.{i}", f"ports.{i} repeats port {sample.port} "
+                                     f"of device {sample.device!r}")
+                seen.add(where)
         return self
+
+    def split(self) -> list[Counters]:
+        """One message per device: itself when no sample names its own device.
+
+        A part's id is ``{id}/{device}`` (deterministic, so a redelivery splits the same),
+        its samples keep their order and lose the ``device`` they now carry at the top.
+        """
+        if all(s.device is None for s in self.ports):
+            return [self]
+        groups: dict[str, list[PortSample]] = {}
+        for s in self.ports:
+            name = s.device or self.device
+            groups.setdefault(name, []).append(
+                s if s.device is None else s.model_copy(update={"device": None}))
+        return [self.model_copy(update={"id": f"{self.id}/{name}", "device": name,
+                                        "ports": samples})
+                for name, samples in groups.items()]
 
 
 class Probe(Envelope):

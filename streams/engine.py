@@ -81,14 +81,16 @@ class Engine:
         if isinstance(event, PortEvent | CounterDowns):
             out += self.feed_flap(event)
         elif isinstance(event, Counters):
-            dkey = state_key(event.fabric, event.device)
-            self.devices[dkey], dets, downs, _ = self.apply_counters(self.devices.get(dkey), event)
-            out += dets
-            for d in downs:
-                out += self.feed_flap(d)
-            self.scopes[event.fabric], dets, _, _ = self.apply_stale(
-                self.scopes.get(event.fabric), event)
-            out += dets
+            for part in event.split():  # a host agent's message: one part per HCA
+                dkey = state_key(part.fabric, part.device)
+                self.devices[dkey], dets, downs, _ = self.apply_counters(
+                    self.devices.get(dkey), part)
+                out += dets
+                for d in downs:
+                    out += self.feed_flap(d)
+                self.scopes[part.fabric], dets, _, _ = self.apply_stale(
+                    self.scopes.get(part.fabric), part)
+                out += dets
         elif isinstance(event, Probe):
             key = state_key(event.fabric, str(event.rail))
             self.rails[key], dets, _, _ = self.apply_probe(self.rails.get(key), event)

@@ -51,14 +51,20 @@ def register(sa: StreamsApp) -> None:
                 if not isinstance(msg, Counters):
                     continue
                 key = state_key(msg.fabric, f"p{event.message.partition}").encode()
-                value = cache.get(key)
+                value: dict[str, Any] | None = cache.get(key)
                 if value is None:
                     stored = table.get(key)
                     value = orjson.loads(stored) if stored else None
-                value, detections, _, redelivered = sa.engine.apply_stale(value, msg)
+                detections = []
+                changed = False
+                for part in msg.split():  # a host agent's message: one stream per HCA
+                    value, dets, _, redelivered = sa.engine.apply_stale(value, part)
+                    detections += dets
+                    changed = changed or (bool(dets) and not redelivered)
+                if value is None:
+                    continue  # a message with no ports and no part
                 cache[key] = value
-                if not redelivered and (detections
-                                        or msg.ts - value.get("p", 0) >= PERSIST_EVERY_MS):
+                if changed or msg.ts - value.get("p", 0) >= PERSIST_EVERY_MS:
                     value["p"] = msg.ts
                     table[key] = orjson.dumps(value)
                 await sa.publish(detections)
