@@ -103,7 +103,8 @@ class StaleDetector:
             gap = event.ts - last
             if open_ep is not None:
                 out.append(self._end(state["fabric"], event.device, DEVICE_PORT, open_ep,
-                                     event.ts, {"silent_s": gap / 1000, "source": event.source}))
+                                     event.ts, {"scope": "device", "silent_s": gap / 1000,
+                                                "source": event.source}))
                 rec[2] = None
             elif gap > 0:
                 rec[1] = gap if interval is None else (
@@ -121,7 +122,8 @@ class StaleDetector:
                     if prec[1] is not None:
                         out.append(self._end(state["fabric"], event.device, sample.port,
                                              prec[1], event.ts,
-                                             {"silent_s": (event.ts - prec[0]) / 1000,
+                                             {"scope": "port",
+                                              "silent_s": (event.ts - prec[0]) / 1000,
                                               "source": event.source}))
                         prec[1] = None
                     prec[0] = event.ts
