@@ -70,6 +70,9 @@ class Report(BaseModel):
     top_ports: list[tuple[str, float]] = Field(default_factory=list)
     latencies: list[LatencyRow] = Field(default_factory=list)
     runbooks: list[RunbookRow] = Field(default_factory=list)
+    # Port states now (not windowed): ok / down / isolated / unknown (stopped reporting).
+    ports_by_status: dict[str, int] = Field(default_factory=dict)
+    unknown_ports: list[tuple[str, int]] = Field(default_factory=list)  # ("dev:port", since)
     temporal_ui: str | None = None
 
 
@@ -120,6 +123,9 @@ def build_report(ledger: Queryable, *, since_ms: int, until_ms: int,
     for r in rows("runbook_steps"):
         steps[str(r["workflow_id"])].append((int(r["ts_ms"]), str(r["step"]), str(r["outcome"])))
     report.runbooks = [RunbookRow(workflow_id=w, steps=s) for w, s in sorted(steps.items())]
+    report.ports_by_status = {str(r["status"]): int(r["n"]) for r in rows("ports_by_status")}
+    report.unknown_ports = [(f"{r['device']}:{r['port']}", int(r["since_ms"]))
+                            for r in rows("unknown_ports")[:max_rows]]
     return report
 
 

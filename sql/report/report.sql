@@ -87,3 +87,12 @@ ORDER BY d_ms LIMIT 1000;
 SELECT workflow_id, toUnixTimestamp64Milli(ts) AS ts_ms, step, outcome FROM actions FINAL
 WHERE ts >= fromUnixTimestamp64Milli({since:Int64}) AND ts < fromUnixTimestamp64Milli({until:Int64})
 ORDER BY workflow_id, ts_ms, id LIMIT 20000;
+
+-- name: ports_by_status
+-- Every port's state now (port_ledger.status, migration 007): a port whose device or
+-- itself stopped reporting is 'unknown', never counted as ok.
+SELECT status, count() AS n FROM port_ledger GROUP BY status ORDER BY status;
+
+-- name: unknown_ports
+SELECT device, port, toUnixTimestamp64Milli(stale_since) AS since_ms, last_sample_ts
+FROM port_ledger WHERE status = 'unknown' ORDER BY since_ms, device, port LIMIT 1000;

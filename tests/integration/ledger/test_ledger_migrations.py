@@ -49,7 +49,7 @@ def test_upgrade_keeps_data_and_new_views_see_new_rows(fresh_ledger: EmbeddedLed
     old = PortEvent(id="old", ts=1_790_000_000_000, fabric="f", source="sim",
                     device="leaf-su01-r1", port=1, state="down")
     fresh_ledger.write([old])
-    assert fresh_ledger.migrate() == [3, 4, 5, 6]
+    assert fresh_ledger.migrate() == [3, 4, 5, 6, 7]
     new = old.model_copy(update={"id": "new", "ts": old.ts + 60_000, "state": "up"})
     fresh_ledger.write([new])
     assert fresh_ledger.query("SELECT count() AS n FROM port_events FINAL")[0]["n"] == 2

@@ -68,3 +68,31 @@ def test_stale_ports_are_unknown_and_back_to_known(tmp_path: Path) -> None:
             ("h1/mlx5_1", 1, "port"), ("h3/mlx5_0", 0, "device"), ("h3/mlx5_1", 0, "device")]
     finally:
         ledger.close()
+
+
+def test_the_report_shows_unknown_ports(tmp_path: Path) -> None:
+    from rich.console import Console
+
+    from fabricwatch.report.build import build_report
+    from fabricwatch.report.html import render_html
+    from fabricwatch.report.terminal import print_summary
+
+    start = int(time.time() * 1000) - 600_000
+    events = history(start)
+    dets = list(replay([encode(e) for e in events], Policy()))
+    ledger = EmbeddedLedger(tmp_path / "ledger")
+    try:
+        ledger.migrate()
+        ledger.write([*events, *dets])
+        report = build_report(ledger, since_ms=start - 1000, until_ms=start + 3_600_000)
+    finally:
+        ledger.close()
+    assert report.ports_by_status == {"down": 1, "ok": 2, "unknown": 3}
+    assert [p for p, _ in report.unknown_ports] == ["h1/mlx5_1:1", "h3/mlx5_0:1",
+                                                    "h3/mlx5_1:1"]
+    html = render_html(report)
+    assert "<b>3</b>unknown" in html and "h3/mlx5_0:1" in html
+    console = Console(record=True, width=200)
+    print_summary(report, console)
+    text = console.export_text()
+    assert "1 down, 2 ok, 3 unknown" in text and "h1/mlx5_1:1" in text
