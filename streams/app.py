@@ -13,8 +13,8 @@ restarted or rebalanced worker recovers them), keyed like their source topic:
   the counters agent fills with link_downed increases re-keyed from device to port (both
   topics have the same partition count, so Faust assigns them together);
 * ``counters`` by device, ``probes`` by rail, ``topology`` by fabric;
-* ``stale`` by fabric and counters partition (``streams/stale/agent.py``: the devices whose
-  messages a partition carries, and that partition's event-time clock);
+* ``stale`` by fabric and counters partition (``streams/stale/agent.py``: each partition's
+  slice of the fabric-wide state the worker keeps in memory);
 * ``breaker`` by SU, fed by the internal ``breaker`` topic (isolating detections and
   ``fabric.actions`` records re-keyed by SU).
 

@@ -2,8 +2,8 @@
 
 The worker keeps the same states in changelogged tables keyed exactly as here (port key for
 flap, device for counters, rail for probes, fabric for topology, SU for the breaker; the
-stale detector's scope is the fabric here and the fabric's devices on one counters
-partition in the worker, which sees only its own partitions) and
+stale detector's scope is the fabric, of which a worker sees the devices on the counters
+partitions it holds) and
 calls the same ``step`` functions; only the storage and the transport differ.
 """
 

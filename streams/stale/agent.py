@@ -1,12 +1,19 @@
-"""Stale agent: every counters message advances its partition's clock; silent devices are stale.
+"""Stale agent: counters messages move the fabric's clock; devices that fell silent are stale.
 
 A second subscriber of ``fabric.counters`` (the counters agent dead-letters and counts bad
-messages; this one skips them). The scope is the fabric's devices on one partition, keyed
-``{fabric}/p{partition}`` in the ``stale`` table (co-partitioned with the topic, so the
-changelog partition is the message's). The state is kept in memory and written to the table
-when a detection fired or every ``PERSIST_EVERY_MS`` of event time: a restored older state
-only has older last-seen times, which the next messages refresh; an episode's opening or end
-is written at once.
+messages; this one skips them). The scope of the detector is one fabric as this worker
+sees it: the devices of every counters partition the worker holds, with one clock, so a
+worker that holds all partitions decides exactly what ``replay`` decides; with several
+workers each judges its share of the devices against its share of the fabric.
+
+The state lives in memory and is stored per partition, in the ``stale`` table under
+``{fabric}/p{partition}`` (a partition's slice: the streams of the devices whose messages it
+carries), written with that partition's messages, at once after a detection and otherwise
+every ``PERSIST_EVERY_MS`` of event time. After a rebalance the memory is dropped and each
+partition's slice is loaded again with its first message. A slice restored older than it
+was has older last-seen times that the next messages refresh; an episode opened since its
+last write fires again after a crash with the same id (its episode is the device's last
+report), which consumers drop.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import orjson
 from schemas import ContractError, Counters, decode
 from schemas import topics as registry
 from streams.common import state_key
+from streams.stale.logic import stream_key
 
 if TYPE_CHECKING:
     from streams.app import StreamsApp
@@ -32,12 +40,43 @@ def register(sa: StreamsApp) -> None:
     table = sa.app.Table("stale", default=None,
                          partitions=partitions_of(sa.settings, registry.COUNTERS),
                          key_type=bytes, value_type=bytes)
-    cache: dict[bytes, dict[str, Any]] = {}
+    scopes: dict[str, dict[str, Any]] = {}  # fabric -> once() box of the StaleState
+    partition_of: dict[str, dict[str, int]] = {}  # fabric -> stream key -> partition
+    loaded: dict[tuple[str, int], int] = {}  # (fabric, partition) -> ts last persisted
 
     def on_revoked(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
-        cache.clear()
+        scopes.clear()
+        partition_of.clear()
+        loaded.clear()
 
     sa.app.on_partitions_revoked.connect(on_revoked)
+
+    def load(fabric: str, partition: int) -> None:
+        stored = table.get(state_key(fabric, f"p{partition}").encode())
+        loaded[(fabric, partition)] = 0
+        if not stored:
+            return
+        piece = orjson.loads(stored)
+        box = scopes.setdefault(fabric, {"s": None, "r": []})
+        if box["s"] is None:
+            box["s"] = {"clock": None, "checked": None, "fabric": fabric, "s": {}}
+        state = box["s"]
+        for key, rec in piece["s"].items():
+            current = state["s"].get(key)
+            if current is None or current[0] < rec[0]:
+                state["s"][key] = rec
+            partition_of.setdefault(fabric, {})[key] = partition
+        if piece.get("clock") is not None and (state["clock"] is None
+                                               or piece["clock"] > state["clock"]):
+            state["clock"] = piece["clock"]
+
+    def persist(fabric: str, partition: int, ts: int) -> None:
+        state = scopes[fabric]["s"]
+        mine = partition_of.get(fabric, {})
+        piece = {"clock": state["clock"],
+                 "s": {k: v for k, v in state["s"].items() if mine.get(k) == partition}}
+        table[state_key(fabric, f"p{partition}").encode()] = orjson.dumps(piece)
+        loaded[(fabric, partition)] = ts
 
     @sa.app.agent(sa.counters, name="stale")
     async def stale(stream: Any) -> None:
@@ -50,23 +89,21 @@ def register(sa: StreamsApp) -> None:
                     continue  # the counters agent dead-letters it
                 if not isinstance(msg, Counters):
                     continue
-                key = state_key(msg.fabric, f"p{event.message.partition}").encode()
-                value: dict[str, Any] | None = cache.get(key)
-                if value is None:
-                    stored = table.get(key)
-                    value = orjson.loads(stored) if stored else None
+                partition = int(event.message.partition)
+                if (msg.fabric, partition) not in loaded:
+                    load(msg.fabric, partition)
                 detections = []
-                changed = False
+                fired = False
+                mine = partition_of.setdefault(msg.fabric, {})
                 for part in msg.split():  # a host agent's message: one stream per HCA
-                    value, dets, _, redelivered = sa.engine.apply_stale(value, part)
+                    box, dets, _, redelivered = sa.engine.apply_stale(scopes.get(msg.fabric),
+                                                                      part)
+                    scopes[msg.fabric] = box
+                    mine[stream_key(part.source, part.device)] = partition
                     detections += dets
-                    changed = changed or (bool(dets) and not redelivered)
-                if value is None:
-                    continue  # a message with no ports and no part
-                cache[key] = value
-                if changed or msg.ts - value.get("p", 0) >= PERSIST_EVERY_MS:
-                    value["p"] = msg.ts
-                    table[key] = orjson.dumps(value)
+                    fired = fired or (bool(dets) and not redelivered)
+                if fired or msg.ts - loaded[(msg.fabric, partition)] >= PERSIST_EVERY_MS:
+                    persist(msg.fabric, partition, msg.ts)
                 await sa.publish(detections)
             except Exception as exc:  # never die on a message
                 await sa.failed(raw, exc, event.message)

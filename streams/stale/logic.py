@@ -53,6 +53,11 @@ StaleState = dict[str, Any]
 _SEP = "\x1f"
 
 
+def stream_key(source: str, device: str) -> str:
+    """The state's key of one reporting stream (a device as one source reports it)."""
+    return f"{source}{_SEP}{device}"
+
+
 def new_state() -> StaleState:
     return {"clock": None, "checked": None, "fabric": "", "s": {}}
 
@@ -90,7 +95,7 @@ class StaleDetector:
         return max(interval, self.min_ms)
 
     def _observe(self, state: StaleState, event: Counters) -> list[Detection]:
-        key = f"{event.source}{_SEP}{event.device}"
+        key = stream_key(event.source, event.device)
         streams: dict[str, list[Any]] = state["s"]
         rec = streams.get(key)
         out: list[Detection] = []
