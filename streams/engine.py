@@ -125,10 +125,10 @@ class Engine:
                        ) -> tuple[dict[str, Any], list[Detection], list[CounterDowns], bool]:
         return once(value, event.id, lambda st: self.counters.step(st, event))
 
-    def apply_stale(self, value: dict[str, Any] | None, event: Counters
+    def apply_stale(self, value: dict[str, Any] | None, event: Counters, lane: int = 0
                     ) -> tuple[dict[str, Any], list[Detection], list[CounterDowns], bool]:
         def run(st: Any) -> tuple[Any, list[Detection], list[CounterDowns]]:
-            new, dets = self.stale.step(st, event)
+            new, dets = self.stale.step(st, event, lane)
             return new, dets, []
         return once(value, event.id, run)
 

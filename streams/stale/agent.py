@@ -59,21 +59,22 @@ def register(sa: StreamsApp) -> None:
         piece = orjson.loads(stored)
         box = scopes.setdefault(fabric, {"s": None, "r": []})
         if box["s"] is None:
-            box["s"] = {"clock": None, "checked": None, "fabric": fabric, "s": {}}
+            box["s"] = {"clock": None, "checked": None, "fabric": fabric, "n": 0, "w": {},
+                        "s": {}}
         state = box["s"]
         for key, rec in piece["s"].items():
             current = state["s"].get(key)
             if current is None or current[0] < rec[0]:
                 state["s"][key] = rec
             partition_of.setdefault(fabric, {})[key] = partition
-        if piece.get("clock") is not None and (state["clock"] is None
-                                               or piece["clock"] > state["clock"]):
-            state["clock"] = piece["clock"]
+        if piece.get("w") is not None:  # this partition's lane, as active as of now
+            state["w"][str(partition)] = [int(piece["w"]), state["n"]]
 
     def persist(fabric: str, partition: int, ts: int) -> None:
         state = scopes[fabric]["s"]
         mine = partition_of.get(fabric, {})
-        piece = {"clock": state["clock"],
+        lane = state.get("w", {}).get(str(partition))
+        piece = {"w": lane[0] if lane else None,
                  "s": {k: v for k, v in state["s"].items() if mine.get(k) == partition}}
         table[state_key(fabric, f"p{partition}").encode()] = orjson.dumps(piece)
         loaded[(fabric, partition)] = ts
@@ -97,7 +98,7 @@ def register(sa: StreamsApp) -> None:
                 mine = partition_of.setdefault(msg.fabric, {})
                 for part in msg.split():  # a host agent's message: one stream per HCA
                     box, dets, _, redelivered = sa.engine.apply_stale(scopes.get(msg.fabric),
-                                                                      part)
+                                                                      part, partition)
                     scopes[msg.fabric] = box
                     mine[stream_key(part.source, part.device)] = partition
                     detections += dets

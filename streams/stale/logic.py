@@ -2,11 +2,17 @@
 
 A missing port must never look like a healthy one. Pinned semantics:
 
-* **Scope and clock.** One ``StaleState`` watches the devices of one scope (a fabric in
-  ``replay``; a fabric's devices on one counters partition in the worker). Its clock is the
-  highest ``ts`` of any ``counters`` message the scope has seen: the rest of the fabric's
-  progress, never wall time. A scope that hears nothing at all moves no clock and declares
-  nothing stale (a collector that stops altogether is an alert on its own metrics).
+* **Scope and clock.** One ``StaleState`` watches the devices of one scope (a fabric: in
+  ``replay`` all of it, in a worker the devices of the counters partitions it holds). Its
+  clock is the rest of the fabric's progress in event time, never wall time: per *lane*
+  (a counters partition; replay has one) the highest ``ts`` seen, and the clock is the
+  lowest of those among the lanes still delivering — a lane that has carried nothing while
+  the others carried ``IDLE_ROUNDS`` messages per watched stream is idle (its devices are
+  the silent ones) and does not hold the clock back, while a lane that is merely behind
+  (a worker catching up on one partition's backlog) does, so no device is judged against
+  a clock its own partition has not reached. The clock never goes back. A scope that
+  hears nothing at all moves no clock and declares nothing stale (a collector that stops
+  altogether is an alert on its own metrics).
 * **Who is watched.** Each (device, source) pair is a reporting stream with its own expected
   interval: the smoothed gap between its messages (``EWMA_WEIGHT``), never below the
   policy's ``minInterval``; before it has one, the policy's ``defaultInterval`` when set.
@@ -43,10 +49,12 @@ from streams.common import episode_id, make_detection
 UNWATCHED_SOURCES = frozenset({"ibqueryerrors"})
 EWMA_WEIGHT = 0.2  # of a new gap in the learned interval
 CHECK_EVERY_MS = 250
+IDLE_ROUNDS = 4  # messages per watched stream after which a quiet lane is idle
 DEVICE_PORT = 0  # a device-wide detection's port
 
 # State (plain JSON, for a changelogged table):
-#   {"clock": ms, "checked": ms, "fabric": str,
+#   {"clock": ms, "checked": ms, "fabric": str, "n": messages seen,
+#    "w": {"lane": [highest ts, n at its last message]},
 #    "s": {"source\x1fdevice": [last_ts, interval_ms|None, open_episode|None, ports]}}
 #   ports: {"n": [last_good_ts, open_episode|None]}
 StaleState = dict[str, Any]
@@ -59,7 +67,7 @@ def stream_key(source: str, device: str) -> str:
 
 
 def new_state() -> StaleState:
-    return {"clock": None, "checked": None, "fabric": "", "s": {}}
+    return {"clock": None, "checked": None, "fabric": "", "n": 0, "w": {}, "s": {}}
 
 
 class StaleDetector:
@@ -72,17 +80,27 @@ class StaleDetector:
         self.min_ms = st.min_interval * 1000
         self.action = st.action
 
-    def step(self, state: StaleState | None, event: Counters) -> tuple[StaleState,
-                                                                      list[Detection]]:
-        """Apply one counters message; the (mutated) state and any detections."""
+    def step(self, state: StaleState | None, event: Counters, lane: int = 0
+             ) -> tuple[StaleState, list[Detection]]:
+        """Apply one counters message of ``lane``; the (mutated) state and any detections."""
         state = state if state is not None else new_state()
         state["fabric"] = event.fabric
         out: list[Detection] = []
         if event.source not in UNWATCHED_SOURCES:
             out += self._observe(state, event)
+        n = state["n"] = state.get("n", 0) + 1
+        lanes: dict[str, list[int]] = state.setdefault("w", {})
+        mark = lanes.get(str(lane))
+        if mark is None:
+            lanes[str(lane)] = [event.ts, n]
+        else:
+            mark[0] = max(mark[0], event.ts)
+            mark[1] = n
+        idle_after = IDLE_ROUNDS * max(1, len(state["s"]))
+        low = min(m[0] for m in lanes.values() if n - m[1] <= idle_after)
         clock = state["clock"]
-        if clock is None or event.ts > clock:
-            state["clock"] = clock = event.ts
+        if clock is None or low > clock:
+            state["clock"] = clock = low
         checked = state["checked"]
         if checked is None or clock - checked >= CHECK_EVERY_MS:
             state["checked"] = clock

@@ -160,3 +160,37 @@ def test_fabricwatch_replay_shows_it(tmp_path: Path) -> None:
                           capture_output=True, check=True, timeout=120)
     kinds = [decode(line).detection.value for line in proc.stdout.splitlines()]  # type: ignore[union-attr]
     assert kinds == ["stale", "stale_end"]
+
+
+def lanes_of(events: list[Counters]) -> dict[str, int]:
+    return {d: i % 3 for i, d in enumerate(DEVICES)}  # five devices on three partitions
+
+
+def test_a_partition_behind_holds_the_clock_back() -> None:
+    # a worker catching up: lane 0's whole backlog first, then lane 1's, then lane 2's
+    det = StaleDetector(Policy())
+    lane = lanes_of([])
+    events = history("nobody", stop_s=0, resume_s=0, end_s=30)
+    state = None
+    fired = []
+    for which in range(3):
+        for e in events:
+            if lane[e.device] == which:
+                state, out = det.step(state, e, which)
+                fired += out
+    assert fired == []
+
+
+def test_an_idle_partition_does_not_hold_the_clock_back() -> None:
+    # the silent device is alone on its partition: once the others have carried a few
+    # rounds, that lane is idle and the clock is the others' progress
+    det = StaleDetector(Policy())
+    lane = {d: (2 if d == DEVICES[4] else i % 2) for i, d in enumerate(DEVICES)}
+    state = None
+    fired = []
+    for e in history(DEVICES[4], stop_s=10, resume_s=25, end_s=30):
+        state, out = det.step(state, e, lane[e.device])
+        fired += out
+    assert [(d.detection.value, d.device) for d in fired] == [
+        ("stale", DEVICES[4]), ("stale_end", DEVICES[4])]
+    assert fired[0].ts - fired[0].evidence["last_report_ts"] <= 3 * S + 2 * S + 4 * S
