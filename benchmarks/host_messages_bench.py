@@ -53,10 +53,10 @@ tree = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(tree)
 
 
-def template(tmp: Path) -> dict[str, Any]:
+async def template(tmp: Path) -> dict[str, Any]:
     tree.build(tmp, hcas=8)
     agent = HostAgent(AgentConfig(fabric="bench", host="HOST", sysfs_root=tmp))
-    counters = asyncio.run(agent.round())[0]
+    counters = (await agent.round())[0]
     return dict(orjson.loads(encode(counters)))
 
 
@@ -93,7 +93,7 @@ async def produce(bootstrap: str, tpl: dict[str, Any], hosts: int, intervals: in
 
 
 async def run(args: argparse.Namespace, state: Path, bootstrap: str) -> dict[str, Any]:
-    tpl = template(state / "sys")
+    tpl = await template(state / "sys")
     base = int(time.time() * 1000) - 3600_000
     t = time.perf_counter()
     messages, size = await produce(bootstrap, tpl, args.hosts, args.intervals, base)

@@ -194,3 +194,19 @@ def test_an_idle_partition_does_not_hold_the_clock_back() -> None:
     assert [(d.detection.value, d.device) for d in fired] == [
         ("stale", DEVICES[4]), ("stale_end", DEVICES[4])]
     assert fired[0].ts - fired[0].evidence["last_report_ts"] <= 3 * S + 2 * S + 4 * S
+
+
+def test_a_rebooting_switch_in_the_simulator_is_stale_then_back() -> None:
+    from sim.faults import parse_spec
+    from sim.telemetry import Simulator
+    from sim.topology import generate
+
+    sim = Simulator(generate("lab"), faults=[parse_spec(
+        "spine_reboot:spine-su01-s1,at=40s,for=60s,bounces=0")], start_ms=BASE,
+        probe_every=0, topology_every=0)
+    lines = [m.value for _ in range(18) for m in sim.step().messages]
+    dets = [d for d in replay(lines, Policy(), on_error=None)
+            if d.detection in (DetectionKind.STALE, DetectionKind.STALE_END)]
+    assert [(d.detection.value, d.device, d.port) for d in dets] == [
+        ("stale", "spine-su01-s1", 0), ("stale_end", "spine-su01-s1", 0)]
+    assert dets[0].evidence["expected_interval_s"] == 10.0
