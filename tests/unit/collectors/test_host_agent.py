@@ -209,3 +209,16 @@ def test_netdev_from_the_pci_devices_net_folder(tmp_path: Path) -> None:
     counters, _ = one_round(agent(tmp_path, ethtool=str(ethtool)))
     assert counters.ports[0].error is None
     assert (tmp_path / "ethtool-argv").read_text() == "-S ens1f0np0\n"
+
+
+def test_cli_once_print_with_an_unreadable_port_prints_and_exits_1(tmp_path: Path) -> None:
+    ib = tree.build(tmp_path, hcas=2)
+    (ib / "mlx5_1/ports/1/counters/link_downed").write_text("N/A\n")
+    proc = subprocess.run([sys.executable, "-m", "fabricwatch", "agent", "--sysfs-root",
+                           str(tmp_path), "--host", HOST, "--once", "--print"],
+                          capture_output=True, timeout=120)
+    assert proc.returncode == 1
+    (line,) = proc.stdout.splitlines()
+    msg = decode(line)
+    assert isinstance(msg, Counters)
+    assert [s.error for s in msg.ports] == [None, "counters/link_downed: 'N/A' is not a number"]
