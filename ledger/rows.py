@@ -90,11 +90,9 @@ def counter_samples(event: Counters) -> list[RawSample]:
             # A port the collector could not read: its nulls would store as the port's
             # last values and zero the next real delta. Its silence is the stale detector's.
             continue
-        if sample.device is not None:  # a host agent's sample of one of its HCAs
-            out.extend(counter_samples(event.model_copy(
-                update={"device": sample.device,
-                        "ports": [sample.model_copy(update={"device": None})]})))
-            continue
+        device = sample.device or event.device  # a host agent's sample names its HCA
+        if device != head[4]:
+            head = (*head[:4], device)
         serial: str | None = None
         extra = sample.__pydantic_extra__
         if extra:

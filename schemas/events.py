@@ -291,16 +291,14 @@ class Counters(Envelope):
     def split(self) -> list[Counters]:
         """One message per device: itself when no sample names its own device.
 
-        A part's id is ``{id}/{device}`` (deterministic, so a redelivery splits the same),
-        its samples keep their order and lose the ``device`` they now carry at the top.
+        A part's id is ``{id}/{device}`` (deterministic, so a redelivery splits the same);
+        its samples keep their order (and their ``device``, now the part's own).
         """
         if all(s.device is None for s in self.ports):
             return [self]
         groups: dict[str, list[PortSample]] = {}
         for s in self.ports:
-            name = s.device or self.device
-            groups.setdefault(name, []).append(
-                s if s.device is None else s.model_copy(update={"device": None}))
+            groups.setdefault(s.device or self.device, []).append(s)
         return [self.model_copy(update={"id": f"{self.id}/{name}", "device": name,
                                         "ports": samples})
                 for name, samples in groups.items()]

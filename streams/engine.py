@@ -81,16 +81,17 @@ class Engine:
         if isinstance(event, PortEvent | CounterDowns):
             out += self.feed_flap(event)
         elif isinstance(event, Counters):
-            for part in event.split():  # a host agent's message: one part per HCA
+            parts = event.split()  # a host agent's message: one part per HCA
+            for part in parts:
                 dkey = state_key(part.fabric, part.device)
                 self.devices[dkey], dets, downs, _ = self.apply_counters(
                     self.devices.get(dkey), part)
                 out += dets
                 for d in downs:
                     out += self.feed_flap(d)
-                self.scopes[part.fabric], dets, _, _ = self.apply_stale(
-                    self.scopes.get(part.fabric), part)
-                out += dets
+            self.scopes[event.fabric], dets, _, _ = self.apply_stale(
+                self.scopes.get(event.fabric), event, parts=parts)
+            out += dets
         elif isinstance(event, Probe):
             key = state_key(event.fabric, str(event.rail))
             self.rails[key], dets, _, _ = self.apply_probe(self.rails.get(key), event)
@@ -125,10 +126,11 @@ class Engine:
                        ) -> tuple[dict[str, Any], list[Detection], list[CounterDowns], bool]:
         return once(value, event.id, lambda st: self.counters.step(st, event))
 
-    def apply_stale(self, value: dict[str, Any] | None, event: Counters, lane: int = 0
+    def apply_stale(self, value: dict[str, Any] | None, event: Counters, lane: int = 0,
+                    parts: list[Counters] | None = None
                     ) -> tuple[dict[str, Any], list[Detection], list[CounterDowns], bool]:
         def run(st: Any) -> tuple[Any, list[Detection], list[CounterDowns]]:
-            new, dets = self.stale.step(st, event, lane)
+            new, dets = self.stale.step(st, event, lane, parts)
             return new, dets, []
         return once(value, event.id, run)
 

@@ -93,16 +93,14 @@ def register(sa: StreamsApp) -> None:
                 partition = int(event.message.partition)
                 if (msg.fabric, partition) not in loaded:
                     load(msg.fabric, partition)
-                detections = []
-                fired = False
+                parts = msg.split()  # a host agent's message: one stream per HCA
+                box, detections, _, redelivered = sa.engine.apply_stale(
+                    scopes.get(msg.fabric), msg, partition, parts)
+                scopes[msg.fabric] = box
                 mine = partition_of.setdefault(msg.fabric, {})
-                for part in msg.split():  # a host agent's message: one stream per HCA
-                    box, dets, _, redelivered = sa.engine.apply_stale(scopes.get(msg.fabric),
-                                                                      part, partition)
-                    scopes[msg.fabric] = box
+                for part in parts:
                     mine[stream_key(part.source, part.device)] = partition
-                    detections += dets
-                    fired = fired or (bool(dets) and not redelivered)
+                fired = bool(detections) and not redelivered
                 if fired or msg.ts - loaded[(msg.fabric, partition)] >= PERSIST_EVERY_MS:
                     persist(msg.fabric, partition, msg.ts)
                 await sa.publish(detections)

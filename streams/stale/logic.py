@@ -80,14 +80,19 @@ class StaleDetector:
         self.min_ms = st.min_interval * 1000
         self.action = st.action
 
-    def step(self, state: StaleState | None, event: Counters, lane: int = 0
-             ) -> tuple[StaleState, list[Detection]]:
-        """Apply one counters message of ``lane``; the (mutated) state and any detections."""
+    def step(self, state: StaleState | None, event: Counters, lane: int = 0,
+             parts: list[Counters] | None = None) -> tuple[StaleState, list[Detection]]:
+        """Apply one counters message of ``lane``; the (mutated) state and any detections.
+
+        A host agent's message is one stream per HCA (``Counters.split``; ``parts`` when
+        the caller has split it already).
+        """
         state = state if state is not None else new_state()
         state["fabric"] = event.fabric
         out: list[Detection] = []
         if event.source not in UNWATCHED_SOURCES:
-            out += self._observe(state, event)
+            for part in parts if parts is not None else event.split():
+                out += self._observe(state, part)
         n = state["n"] = state.get("n", 0) + 1
         lanes: dict[str, list[int]] = state.setdefault("w", {})
         mark = lanes.get(str(lane))

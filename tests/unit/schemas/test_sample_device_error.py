@@ -21,7 +21,7 @@ def test_split_gives_one_message_per_device() -> None:
     assert [(p.id, p.device, [s.port for s in p.ports]) for p in parts] == [
         ("m1/node0042/mlx5_0", "node0042/mlx5_0", [1]),
         ("m1/node0042/mlx5_1", "node0042/mlx5_1", [1, 2])]
-    assert all(s.device is None for p in parts for s in p.ports)
+    assert all(s.device == p.device for p in parts for s in p.ports)
     assert parts[1].ports[0].error == "gone" and parts[0].ports[0].symbol_errors == 3
     assert all(p.ts == 1_700_000_000_000 and p.source == "host_agent" for p in parts)
 
