@@ -97,9 +97,14 @@ class PortReading:
                           counter_bits=dict(self.bits) or None, **self.values)
 
 
-def _read(path: Path) -> str:
-    with path.open("rb") as fh:
-        data = fh.read(MAX_FILE_BYTES + 1)
+def _read(path: Path | str) -> str:
+    # os.open/os.read on a str path: ~400 attributes a second per 8 ports, and pathlib's
+    # objects and buffered files cost more than the reads themselves.
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        data = os.read(fd, MAX_FILE_BYTES + 1)
+    finally:
+        os.close(fd)
     if len(data) > MAX_FILE_BYTES:
         raise ValueError("longer than a sysfs attribute")
     return data.decode("ascii", errors="strict").strip()
@@ -120,11 +125,12 @@ def _counter_dir(reading: PortReading, where: Path, group: str) -> None:
     except OSError as exc:
         reading.errors.append(f"{group}/: {exc.strerror}")
         return
+    base = f"{where}{os.sep}"
     for name in names:
         if not _NAME.match(name):
             continue
         try:
-            text = _read(where / name)
+            text = _read(base + name)
         except (OSError, ValueError) as exc:
             why = exc.strerror if isinstance(exc, OSError) else str(exc)
             reading.errors.append(f"{group}/{name}: {why}")
