@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,17 @@ import faust
 
 from fabricwatch import metrics
 from fabricwatch.settings import Settings
-from schemas import Action, ContractError, DeadLetter, Detection, Event, dead_letter, decode, encode
+from schemas import (
+    Action,
+    ContractError,
+    Counters,
+    DeadLetter,
+    Detection,
+    Event,
+    dead_letter,
+    decode,
+    encode,
+)
 from schemas import topics as registry
 from schemas.policy import Policy
 from streams.engine import Context, Engine
@@ -128,6 +138,9 @@ class StreamsApp:
         self.topology_table = table("topology", partitions_of(settings, registry.TOPOLOGY))
         self.breaker_table = table("breaker", 1)
         self.sink: LedgerSink | None = LedgerSink(self._open_ledger) if ledger else None
+        # Called by the counters agent with each decoded counters message and its
+        # partition (the stale detector), so that a message is decoded once.
+        self.counters_observers: list[Callable[[Counters, int], Awaitable[None]]] = []
         self.stats: dict[str, float] = {"events": 0, "samples": 0, "detections": 0,
                                         "dead_letters": 0, "persisted": 0, "persist_ms": 0.0,
                                         "counters_ms": 0.0}

@@ -10,6 +10,7 @@ per host, its samples naming their HCAs) is split into one part per HCA first
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +22,8 @@ from streams.common import state_key
 
 if TYPE_CHECKING:
     from streams.app import StreamsApp
+
+log = logging.getLogger(__name__)
 
 
 # A device's state is written to its table when anything but sample times changed, and
@@ -75,6 +78,11 @@ def register(sa: StreamsApp) -> None:
                     continue
                 for part in msg.split():  # a host agent's message: one part per HCA
                     await process(part)
+                for observe in sa.counters_observers:  # the stale detector
+                    try:
+                        await observe(msg, int(event.message.partition))
+                    except Exception:  # its failure is not this message's
+                        log.exception("counters observer %s failed on %s", observe, msg.id)
                 sa.stats["counters_ms"] += (time.perf_counter() - t_start) * 1000
             except Exception as exc:  # never die on a message
                 await sa.failed(raw, exc, event.message)

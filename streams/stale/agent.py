@@ -1,10 +1,11 @@
 """Stale agent: counters messages move the fabric's clock; devices that fell silent are stale.
 
-A second subscriber of ``fabric.counters`` (the counters agent dead-letters and counts bad
-messages; this one skips them). The scope of the detector is one fabric as this worker
-sees it: the devices of every counters partition the worker holds, with one clock, so a
-worker that holds all partitions decides exactly what ``replay`` decides; with several
-workers each judges its share of the devices against its share of the fabric.
+It runs inside the counters agent's consumption of ``fabric.counters`` (an observer the
+counters agent calls with each message it decoded, so a message is decoded once). The
+scope of the detector is one fabric as this worker sees it: the devices of every counters
+partition the worker holds, with one clock (``streams.stale.logic``: the slowest partition
+still delivering), so a worker that holds all partitions judges as ``replay`` does; with
+several workers each judges its share of the devices against its share of the fabric.
 
 The state lives in memory and is stored per partition, in the ``stale`` table under
 ``{fabric}/p{partition}`` (a partition's slice: the streams of the devices whose messages it
@@ -18,12 +19,11 @@ report), which consumers drop.
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from schemas import ContractError, Counters, decode
+from schemas import Counters
 from schemas import topics as registry
 from streams.common import state_key
 from streams.stale.logic import stream_key
@@ -79,31 +79,20 @@ def register(sa: StreamsApp) -> None:
         table[state_key(fabric, f"p{partition}").encode()] = orjson.dumps(piece)
         loaded[(fabric, partition)] = ts
 
-    @sa.app.agent(sa.counters, name="stale")
-    async def stale(stream: Any) -> None:
-        async for event in stream.events():
-            raw = event.value if isinstance(event.value, bytes) else b""
-            try:
-                try:
-                    msg = decode(raw)
-                except ContractError:
-                    continue  # the counters agent dead-letters it
-                if not isinstance(msg, Counters):
-                    continue
-                partition = int(event.message.partition)
-                if (msg.fabric, partition) not in loaded:
-                    load(msg.fabric, partition)
-                parts = msg.split()  # a host agent's message: one stream per HCA
-                box, detections, _, redelivered = sa.engine.apply_stale(
-                    scopes.get(msg.fabric), msg, partition, parts)
-                scopes[msg.fabric] = box
-                mine = partition_of.setdefault(msg.fabric, {})
-                for part in parts:
-                    mine[stream_key(part.source, part.device)] = partition
-                fired = bool(detections) and not redelivered
-                if fired or msg.ts - loaded[(msg.fabric, partition)] >= PERSIST_EVERY_MS:
-                    persist(msg.fabric, partition, msg.ts)
-                await sa.publish(detections)
-            except Exception as exc:  # never die on a message
-                await sa.failed(raw, exc, event.message)
-            await asyncio.sleep(0)
+    async def observe(msg: Counters, partition: int) -> None:
+        """One decoded counters message of ``partition`` (called by the counters agent)."""
+        if (msg.fabric, partition) not in loaded:
+            load(msg.fabric, partition)
+        parts = msg.split()  # a host agent's message: one stream per HCA
+        box, detections, _, redelivered = sa.engine.apply_stale(
+            scopes.get(msg.fabric), msg, partition, parts)
+        scopes[msg.fabric] = box
+        mine = partition_of.setdefault(msg.fabric, {})
+        for part in parts:
+            mine[stream_key(part.source, part.device)] = partition
+        fired = bool(detections) and not redelivered
+        if fired or msg.ts - loaded[(msg.fabric, partition)] >= PERSIST_EVERY_MS:
+            persist(msg.fabric, partition, msg.ts)
+        await sa.publish(detections)
+
+    sa.counters_observers.append(observe)
