@@ -7,7 +7,7 @@ A missing port must never look like a healthy one. Pinned semantics:
   clock is the rest of the fabric's progress in event time, never wall time: per *lane*
   (a counters partition; replay has one) the highest ``ts`` seen, and the clock is the
   lowest of those among the lanes still delivering — a lane that has carried nothing while
-  the others carried ``IDLE_ROUNDS`` messages per watched stream is idle (its devices are
+  the others carried ``IDLE_ROUNDS`` reports per watched stream is idle (its devices are
   the silent ones) and does not hold the clock back, while a lane that is merely behind
   (a worker catching up on one partition's backlog) does, so no device is judged against
   a clock its own partition has not reached. The clock never goes back. A scope that
@@ -49,7 +49,7 @@ from streams.common import episode_id, make_detection
 UNWATCHED_SOURCES = frozenset({"ibqueryerrors"})
 EWMA_WEIGHT = 0.2  # of a new gap in the learned interval
 CHECK_EVERY_MS = 250
-IDLE_ROUNDS = 4  # messages per watched stream after which a quiet lane is idle
+IDLE_ROUNDS = 2  # reports per watched stream after which a quiet lane is idle
 DEVICE_PORT = 0  # a device-wide detection's port
 
 # State (plain JSON, for a changelogged table):
@@ -90,10 +90,11 @@ class StaleDetector:
         state = state if state is not None else new_state()
         state["fabric"] = event.fabric
         out: list[Detection] = []
+        streams = parts if parts is not None else event.split()
         if event.source not in UNWATCHED_SOURCES:
-            for part in parts if parts is not None else event.split():
+            for part in streams:
                 out += self._observe(state, part)
-        n = state["n"] = state.get("n", 0) + 1
+        n = state["n"] = state.get("n", 0) + len(streams)  # in stream reports
         lanes: dict[str, list[int]] = state.setdefault("w", {})
         mark = lanes.get(str(lane))
         if mark is None:
