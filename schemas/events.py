@@ -17,8 +17,10 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    SerializerFunctionWrapHandler,
     StrictBool,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -258,6 +260,18 @@ class PortSample(BaseModel):
     @classmethod
     def _device(cls, value: str | None) -> str | None:
         return None if value is None else check_device(value)
+
+    @model_serializer(mode="wrap")
+    def _unset_additions_stay_off_the_wire(self, handler: SerializerFunctionWrapHandler
+                                           ) -> dict[str, Any]:
+        # ``error`` and ``device`` came after contract v1's first producers: left out when
+        # unset, every other producer's bytes and content-hash ids stay what they were.
+        data: dict[str, Any] = handler(self)
+        if data.get("error", 0) is None:
+            del data["error"]
+        if data.get("device", 0) is None:
+            del data["device"]
+        return data
 
 
 class Counters(Envelope):
