@@ -87,6 +87,13 @@ def counter_samples(event: Counters) -> list[RawSample]:
     head = (event.id, _sec(event.ts), event.fabric, event.source, event.device)
     out: list[RawSample] = []
     for sample in event.ports:
+        if sample.error is not None:
+            # A port the collector could not read: its nulls would store as the port's
+            # last values and zero the next real delta. Its silence is the stale detector's.
+            continue
+        device = sample.device or event.device  # a host agent's sample names its HCA
+        if device != head[4]:
+            head = (*head[:4], device)
         serial: str | None = None
         extra = sample.__pydantic_extra__
         if extra:

@@ -17,8 +17,10 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    SerializerFunctionWrapHandler,
     StrictBool,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -59,6 +61,10 @@ class DetectionKind(StrEnum):
     UNEXPECTED_LINK = "unexpected_link"
     BREAKER_OPEN = "breaker_open"
     CONFIG_POSTURE = "config_posture"  # a configuration audit finding (fabricwatch audit)
+    # A device (port 0: the whole device) or a port that stopped reporting while the rest
+    # of the fabric went on; ``stale_end`` closes that episode when it reports again.
+    STALE = "stale"
+    STALE_END = "stale_end"
 
 
 def ts_to_ms(value: Any) -> int:
@@ -248,6 +254,31 @@ class PortSample(BaseModel):
     module_temp_c: StrictFloat | None = None
     rx_power_dbm: StrictFloat | None = None
     counter_bits: dict[str, StrictInt] | None = None
+    # Set when the collector could not read this port this time (a NIC that disappeared, an
+    # unreadable file, a value that is not a number, a tool that timed out): the port is
+    # named, its counters are whatever could be read (often none), and it is not healthy.
+    error: Annotated[str, Field(min_length=1, max_length=1024)] | None = None
+    # The sample's own device where it is not the message's: a host agent sends one
+    # message per host (``device`` = the host) whose samples are its HCAs' ports
+    # (``node0042/mlx5_3``). ``Counters.split`` gives consumers one message per device.
+    device: Device | None = None
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, value: str | None) -> str | None:
+        return None if value is None else check_device(value)
+
+    @model_serializer(mode="wrap")
+    def _unset_additions_stay_off_the_wire(self, handler: SerializerFunctionWrapHandler
+                                           ) -> dict[str, Any]:
+        # ``error`` and ``device`` came after contract v1's first producers: left out when
+        # unset, every other producer's bytes and content-hash ids stay what they were.
+        data: dict[str, Any] = handler(self)
+        if data.get("error", 0) is None:
+            del data["error"]
+        if data.get("device", 0) is None:
+            del data["device"]
+        return data
 
 
 class Counters(Envelope):
@@ -265,11 +296,33 @@ class Counters(Envelope):
     @model_validator(mode="after")
     def _port_range(self) -> Counters:
         limit = MAX_IB_PORT if self.source in IB_SOURCES else MAX_ETH_PORT
+        seen: set[tuple[str, int]] = set()
         for i, sample in enumerate(self.ports):
             if not 0 <= sample.port <= limit:
                 raise FieldError(f"ports.{i}.port",
                                  f"ports.{i}.port {sample.port} is outside 0..{limit}")
+            if sample.device is not None:
+                where = (sample.device, sample.port)
+                if where in seen:
+                    raise FieldError(f"ports.{i}", f"ports.{i} repeats port {sample.port} "
+                                     f"of device {sample.device!r}")
+                seen.add(where)
         return self
+
+    def split(self) -> list[Counters]:
+        """One message per device: itself when no sample names its own device.
+
+        A part's id is ``{id}/{device}`` (deterministic, so a redelivery splits the same);
+        its samples keep their order (and their ``device``, now the part's own).
+        """
+        if all(s.device is None for s in self.ports):
+            return [self]
+        groups: dict[str, list[PortSample]] = {}
+        for s in self.ports:
+            groups.setdefault(s.device or self.device, []).append(s)
+        return [self.model_copy(update={"id": f"{self.id}/{name}", "device": name,
+                                        "ports": samples})
+                for name, samples in groups.items()]
 
 
 class Probe(Envelope):

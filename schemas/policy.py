@@ -194,6 +194,24 @@ class Stream(_Section):
     max_event_age: Seconds = 30 * 86400.0
 
 
+class Staleness(_Section):
+    """Silence is a state: a device or port that stops reporting becomes ``stale``.
+
+    Each device's expected reporting interval is learned from its own history (a smoothed
+    gap between its messages) or, before it has one, ``default_interval`` when set. It is
+    stale once the rest of the fabric's event time has moved more than ``interval_factor``
+    of its intervals past its last message (a port: past its last good sample while its
+    device went on reporting). ``min_interval`` keeps a burst of back-to-back messages from
+    teaching a tiny interval. ``ticket`` by default: a silent port is unknown, not broken,
+    so it is never isolated on silence alone.
+    """
+
+    interval_factor: Annotated[float, Field(gt=1)] = 3.0
+    default_interval: Seconds | None = None
+    min_interval: Seconds = 0.5
+    action: Literal["ticket", "page", "none"] = "ticket"
+
+
 class Shadow(_Section):
     """Dry-run: runbooks decide and record but change nothing, per fabric or detection kind."""
 
@@ -224,6 +242,7 @@ class FabricHealth(_Section):
     probes: Probes = Probes()
     counters: Counters = Counters()
     stream: Stream = Stream()
+    staleness: Staleness = Staleness()
     shadow: Shadow = Shadow()
     runbook: Runbook = Runbook()
     repair_ladder: Annotated[list[str], Field(min_length=1)] = Field(

@@ -9,6 +9,8 @@ Exported API (pure, no Faust/Kafka/clock import):
 * ``streams.degraded_link.logic.check_link(...)``, ``step_topology(state, Topology, policy)``.
 * ``streams.probes.logic.step(state, Probe, policy, paths=None)``.
 * ``streams.breaker.logic.step(state, Detection | ActionRecord, policy, su=..., ports_in_su=...)``.
+* ``streams.stale.logic.StaleDetector(policy).step(state, Counters, lane=0)``
+  -> ``(state, list[Detection])``: silence is a state (``stale`` / ``stale_end``).
 * ``streams.engine.Engine(policy, Context(...)).feed(event) -> list[Detection]``: all of the
   above over per-key state, exactly as the worker keys its tables.
 * ``streams.replay.replay(lines: Iterable[bytes], policy) -> Iterator[Detection]``.

@@ -13,6 +13,8 @@ restarted or rebalanced worker recovers them), keyed like their source topic:
   the counters agent fills with link_downed increases re-keyed from device to port (both
   topics have the same partition count, so Faust assigns them together);
 * ``counters`` by device, ``probes`` by rail, ``topology`` by fabric;
+* ``stale`` by fabric and counters partition (``streams/stale/agent.py``: each partition's
+  slice of the fabric-wide state the worker keeps in memory);
 * ``breaker`` by SU, fed by the internal ``breaker`` topic (isolating detections and
   ``fabric.actions`` records re-keyed by SU).
 
@@ -27,7 +29,7 @@ from __future__ import annotations
 import logging
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +37,16 @@ import faust
 
 from fabricwatch import metrics
 from fabricwatch.settings import Settings
-from schemas import Action, ContractError, DeadLetter, Detection, Event, dead_letter, encode
+from schemas import (
+    Action,
+    ContractError,
+    Counters,
+    DeadLetter,
+    Detection,
+    Event,
+    dead_letter,
+    encode,
+)
 from schemas import topics as registry
 from schemas.acceptance import TimeBounds, accept
 from schemas.policy import Policy
@@ -140,6 +151,9 @@ class StreamsApp:
         self.topology_table = table("topology", partitions_of(settings, registry.TOPOLOGY))
         self.breaker_table = table("breaker", 1)
         self.sink: LedgerSink | None = LedgerSink(self._open_ledger) if ledger else None
+        # Called by the counters agent with each decoded counters message and its
+        # partition (the stale detector), so that a message is decoded once.
+        self.counters_observers: list[Callable[[Counters, int], Awaitable[None]]] = []
         self.stats: dict[str, float] = {"events": 0, "samples": 0, "detections": 0,
                                         "dead_letters": 0, "persisted": 0, "persist_ms": 0.0,
                                         "counters_ms": 0.0}
@@ -191,9 +205,10 @@ class StreamsApp:
         from streams.degraded_link import agent as topology_agent
         from streams.flap import agent as flap_agent
         from streams.probes import agent as probes_agent
+        from streams.stale import agent as stale_agent
 
         for module in (flap_agent, counters_agent, probes_agent, topology_agent,
-                       breaker_agent):
+                       breaker_agent, stale_agent):
             module.register(self)
         if self.plan is not None:  # the topology area's diff agent (miswire, missing, ...)
             from streams.topology import agent as topology_diff_agent

@@ -1,7 +1,9 @@
 """All detectors over in-memory, per-key state: what ``replay`` runs, key for key like the worker.
 
 The worker keeps the same states in changelogged tables keyed exactly as here (port key for
-flap, device for counters, rail for probes, fabric for topology, SU for the breaker) and
+flap, device for counters, rail for probes, fabric for topology, SU for the breaker; the
+stale detector's scope is the fabric, of which a worker sees the devices on the counters
+partitions it holds) and
 calls the same ``step`` functions; only the storage and the transport differ.
 """
 
@@ -20,6 +22,7 @@ from streams.degraded_link.logic import Expectation, step_topology
 from streams.flap.logic import CounterDowns, FlapState
 from streams.flap.logic import step as flap_step
 from streams.probes import logic as probes
+from streams.stale.logic import StaleDetector
 
 # How many recent message ids a keyed state remembers, to recognise a redelivery.
 RECENT = 32
@@ -65,6 +68,8 @@ class Engine:
         self.policy = policy
         self.context = context or Context()
         self.counters = CountersDetector(policy, self.context.expectation)
+        self.stale = StaleDetector(policy)
+        self.scopes: dict[str, Any] = {}  # stale detector states by scope
         self.flap: dict[str, FlapState] = {}
         self.devices: dict[str, Any] = {}
         self.rails: dict[str, Any] = {}
@@ -76,11 +81,17 @@ class Engine:
         if isinstance(event, PortEvent | CounterDowns):
             out += self.feed_flap(event)
         elif isinstance(event, Counters):
-            dkey = state_key(event.fabric, event.device)
-            self.devices[dkey], dets, downs, _ = self.apply_counters(self.devices.get(dkey), event)
+            parts = event.split()  # a host agent's message: one part per HCA
+            for part in parts:
+                dkey = state_key(part.fabric, part.device)
+                self.devices[dkey], dets, downs, _ = self.apply_counters(
+                    self.devices.get(dkey), part)
+                out += dets
+                for d in downs:
+                    out += self.feed_flap(d)
+            self.scopes[event.fabric], dets, _, _ = self.apply_stale(
+                self.scopes.get(event.fabric), event, parts=parts)
             out += dets
-            for d in downs:
-                out += self.feed_flap(d)
         elif isinstance(event, Probe):
             key = state_key(event.fabric, str(event.rail))
             self.rails[key], dets, _, _ = self.apply_probe(self.rails.get(key), event)
@@ -114,6 +125,14 @@ class Engine:
     def apply_counters(self, value: dict[str, Any] | None, event: Counters
                        ) -> tuple[dict[str, Any], list[Detection], list[CounterDowns], bool]:
         return once(value, event.id, lambda st: self.counters.step(st, event))
+
+    def apply_stale(self, value: dict[str, Any] | None, event: Counters, lane: int = 0,
+                    parts: list[Counters] | None = None
+                    ) -> tuple[dict[str, Any], list[Detection], list[CounterDowns], bool]:
+        def run(st: Any) -> tuple[Any, list[Detection], list[CounterDowns]]:
+            new, dets = self.stale.step(st, event, lane, parts)
+            return new, dets, []
+        return once(value, event.id, run)
 
     def apply_probe(self, value: dict[str, Any] | None, event: Probe
                     ) -> tuple[dict[str, Any], list[Detection], list[CounterDowns], bool]:

@@ -21,8 +21,13 @@ ibqueryerrors does not print them). ``hcas=False`` turns that off.
 Both perfquery outputs go through one ``parse_perfquery`` call: blocks of the same port merge and the
 extended block, read last, wins where it has a value, so each counter is reported at the
 widest register the switch offers, with its width in ``counter_bits``. A switch that times out
-or fails is reported in the round's ``PollReport`` and skipped; its counters are published
-without waiting for the slow ones (partial failure delays nobody).
+or fails is reported in the round's ``PollReport``; the others' counters are published
+without waiting for the slow ones (partial failure delays nobody). What could not be read
+is named on the wire too, never left out: a switch that did not answer gets a ``counters``
+message whose samples are its cabled ports, each with ``error`` saying why and no values
+(so the stale detector and the ledger see those ports as unknown, not healthy); a switch
+whose ``perfquery`` answered but whose ``perfquery -x`` did not is published with the
+legacy reading and listed in ``PollReport.partial``.
 """
 
 from __future__ import annotations
@@ -34,11 +39,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from collectors.common import stable_id
 from collectors.errors import ParseError
 from collectors.ibdiags import parse_ibqueryerrors, parse_perfquery
 from collectors.ibnetdiscover import parse_ibnetdiscover
 from collectors.live.tools import ToolError, ToolRunner, check_lid, port_list
-from schemas import Counters, Topology
+from schemas import Counters, PortSample, Topology
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +87,7 @@ class PollReport:
     ts: int
     published: list[str] = field(default_factory=list)  # devices
     failed: dict[str, str] = field(default_factory=dict)  # device -> reason
+    partial: dict[str, str] = field(default_factory=dict)  # published, but not all of it
     elapsed_s: float = 0.0
 
 
@@ -131,29 +138,54 @@ class IbdiagsPoller:
         log.info("discovered %d links, %d switches", len(topo.links), len(self.targets))
         return topo
 
-    async def read_switch(self, target: SwitchTarget) -> list[Counters]:
-        """perfquery (and perfquery -x) of one switch's cabled ports -> counters events."""
+    async def read_switch(self, target: SwitchTarget,
+                          report: PollReport | None = None) -> list[Counters]:
+        """perfquery (and perfquery -x) of one switch's cabled ports -> counters events.
+
+        When the legacy reading worked and the extended one did not, the legacy reading is
+        returned and the failure noted in ``report.partial``.
+        """
         lid = str(check_lid(target.lid))
         ports = port_list(target.ports)
         local = self.runner.local_args()
         texts = [await self.runner.check(["perfquery", *local, lid, ports],
                                          self.config.timeout_s)]
         if self.config.extended:
-            texts.append(await self.runner.check(["perfquery", *local, "-x", lid, ports],
-                                                 self.config.timeout_s))
+            try:
+                texts.append(await self.runner.check(["perfquery", *local, "-x", lid, ports],
+                                                     self.config.timeout_s))
+            except ToolError as exc:
+                if report is None:
+                    raise
+                report.partial[target.device] = f"perfquery -x: {exc}"
         return parse_perfquery("\n".join(texts), fabric=self.config.fabric, ts=self._now_ms(),
                                device=target.device)
+
+    def unread(self, target: SwitchTarget, reason: str) -> Counters:
+        """The counters message that names a switch's ports this round could not read."""
+        ts = self._now_ms()
+        why = f"perfquery of LID {target.lid}: {reason}"[:1024]
+        return Counters(id=stable_id("unread", self.config.fabric, target.device, ts, why),
+                        ts=ts, fabric=self.config.fabric, source="perfquery",
+                        device=target.device,
+                        ports=[PortSample(port=p, error=why) for p in target.ports])
 
     async def _one(self, target: SwitchTarget, report: PollReport) -> None:
         async with self._sem:
             try:
                 # Two tool runs, each with its own timeout; the outer bound keeps a switch
                 # whose PMA answers slowly on every port from holding a slot for long.
-                events = await asyncio.wait_for(self.read_switch(target),
+                events = await asyncio.wait_for(self.read_switch(target, report),
                                                 self.config.timeout_s * 2.5)
             except (ToolError, ParseError, TimeoutError, ValueError) as exc:
-                report.failed[target.device] = str(exc) or type(exc).__name__
+                reason = str(exc) or type(exc).__name__
+                report.failed[target.device] = reason
                 log.warning("switch %s (LID %d): %s", target.device, target.lid, exc)
+                try:
+                    events = [self.unread(target, reason)]
+                except ValueError:  # a target the contract cannot name: the report does
+                    return
+                await self.publisher.send_many(events)
                 return
         await self.publisher.send_many(events)
         report.published.append(target.device)

@@ -30,7 +30,8 @@ def _report(rep: PollReport) -> None:
     collector_round("ibdiags", published=len(rep.published), failed=len(rep.failed),
                     elapsed_s=rep.elapsed_s)
     click.echo(json.dumps({"ts": rep.ts, "published": sorted(rep.published),
-                           "failed": rep.failed, "elapsed_s": round(rep.elapsed_s, 3)}))
+                           "failed": rep.failed, "partial": rep.partial,
+                           "elapsed_s": round(rep.elapsed_s, 3)}))
 
 
 @click.group("poll")

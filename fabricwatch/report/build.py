@@ -86,6 +86,9 @@ class Report(BaseModel):
     jobs: list[JobRow] = Field(default_factory=list)
     # "fabric|device:port" of each episode -> the jobs running then whose traffic crosses it
     touched: dict[str, list[str]] = Field(default_factory=dict)
+    # Port states now (not windowed): ok / down / isolated / unknown (stopped reporting).
+    ports_by_status: dict[str, int] = Field(default_factory=dict)
+    unknown_ports: list[tuple[str, int]] = Field(default_factory=list)  # ("dev:port", since)
     temporal_ui: str | None = None
 
 
@@ -138,6 +141,9 @@ def build_report(ledger: Queryable, *, since_ms: int, until_ms: int,
     report.runbooks = [RunbookRow(workflow_id=w, steps=s) for w, s in sorted(steps.items())]
     report.jobs, report.touched = job_section(ledger, since_ms=since_ms, until_ms=until_ms,
                                               max_rows=max_rows)
+    report.ports_by_status = {str(r["status"]): int(r["n"]) for r in rows("ports_by_status")}
+    report.unknown_ports = [(f"{r['device']}:{r['port']}", int(r["since_ms"]))
+                            for r in rows("unknown_ports")[:max_rows]]
     return report
 
 

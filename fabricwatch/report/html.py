@@ -46,6 +46,18 @@ def render_html(report: Report) -> str:
         parts.append(f"<div class='card'><b>{report.counts.get(key, 0):,}</b>{label}</div>")
     parts.append("</div>")
 
+    parts.append("<h2>Ports now</h2>")
+    if report.ports_by_status:
+        parts.append("<div class='cards'>" + "".join(
+            f"<div class='card'><b>{n:,}</b>{escape(status)}</div>"
+            for status, n in sorted(report.ports_by_status.items())) + "</div>")
+    if report.unknown_ports:
+        parts.append("<p>Ports that stopped reporting are <b>unknown</b>, not healthy:</p>"
+                     "<table><tr><th>port</th><th>silent since</th></tr>")
+        for port, since in report.unknown_ports[:100]:
+            parts.append(f"<tr><td>{escape(port)}</td><td>{_utc(float(since))}</td></tr>")
+        parts.append("</table>")
+
     parts.append("<h2>Detections</h2>")
     parts.append(bar_chart("detections by kind", sorted(report.detections_by_kind.items(),
                                                          key=lambda kv: -kv[1])))

@@ -19,6 +19,14 @@ def print_summary(report: Report, console: Console) -> None:
     for kind, n in sorted(report.detections_by_kind.items(), key=lambda kv: -kv[1]):
         kinds.add_row(kind, str(n))
     console.print(kinds)
+    if report.ports_by_status:
+        console.print("ports now: " + ", ".join(
+            f"{n:,} {status}" for status, n in sorted(report.ports_by_status.items())))
+    if report.unknown_ports:
+        shown = ", ".join(p for p, _ in report.unknown_ports[:10])
+        more = len(report.unknown_ports) - 10
+        console.print(f"stopped reporting (unknown): {shown}"
+                      + (f" and {more} more" if more > 0 else ""))
     if report.latencies:
         lat = sorted(r.latency_s for r in report.latencies)
         console.print(f"detection to isolation: {len(lat)} ports, p50 {lat[len(lat) // 2]:.2f} s, "

@@ -92,3 +92,11 @@ ORDER BY workflow_id, ts_ms, id LIMIT 20000;
 -- The fabrics with job placements (the report's jobs section reads each).
 SELECT DISTINCT fabric FROM job_placements FINAL
 WHERE ts < fromUnixTimestamp64Milli({until:Int64}) ORDER BY fabric;
+-- name: ports_by_status
+-- Every port's state now (port_ledger.status, migration 008): a port whose device or
+-- itself stopped reporting is 'unknown', never counted as ok.
+SELECT status, count() AS n FROM port_ledger GROUP BY status ORDER BY status;
+
+-- name: unknown_ports
+SELECT device, port, toUnixTimestamp64Milli(stale_since) AS since_ms, last_sample_ts
+FROM port_ledger WHERE status = 'unknown' ORDER BY since_ms, device, port LIMIT 1000;

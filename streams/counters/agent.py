@@ -2,12 +2,15 @@
 
 The per-message work is one decode, one table read and write of the device's compact state,
 and the detector's few comparisons per healthy sample. ``link_downed`` increases go on, keyed
-by port, to the internal counter-downs topic for the flap agent.
+by port, to the internal counter-downs topic for the flap agent. A host agent's message (one
+per host, its samples naming their HCAs) is split into one part per HCA first
+(``Counters.split``), each with its own state.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +22,8 @@ from streams.common import state_key
 
 if TYPE_CHECKING:
     from streams.app import StreamsApp
+
+log = logging.getLogger(__name__)
 
 
 # A device's state is written to its table when anything but sample times changed, and
@@ -39,6 +44,29 @@ def register(sa: StreamsApp) -> None:
 
     sa.app.on_partitions_revoked.connect(on_revoked)
 
+    async def process(msg: Counters) -> None:
+        key = state_key(msg.fabric, msg.device).encode()
+        value = cache.get(key)
+        if value is None:
+            stored = table.get(key)
+            value = orjson.loads(stored) if stored else None
+        value, detections, downs, redelivered = sa.engine.apply_counters(value, msg)
+        cache[key] = value
+        state = value["s"]
+        if not redelivered and (state.pop("dirty", True) or detections or downs
+                                or msg.ts - value.get("p", 0) >= PERSIST_EVERY_MS):
+            value["p"] = msg.ts
+            t0 = time.perf_counter()
+            table[key] = orjson.dumps(value)
+            sa.stats["persist_ms"] += (time.perf_counter() - t0) * 1000
+            sa.stats["persisted"] += 1
+        sa.stats["events"] += 1
+        sa.stats["samples"] += len(msg.ports)
+        for d in downs:
+            await sa.counter_downs.send(key=f"{d.device}:{d.port}".encode(),
+                                        value=orjson.dumps(d.to_wire()))
+        await sa.publish(detections)
+
     @sa.app.agent(sa.counters, name="counters")
     async def counters(stream: Any) -> None:
         async for event in stream.events():
@@ -48,27 +76,13 @@ def register(sa: StreamsApp) -> None:
                 msg = await sa.decode(event, registry.COUNTERS)
                 if not isinstance(msg, Counters):
                     continue
-                key = state_key(msg.fabric, msg.device).encode()
-                value = cache.get(key)
-                if value is None:
-                    stored = table.get(key)
-                    value = orjson.loads(stored) if stored else None
-                value, detections, downs, redelivered = sa.engine.apply_counters(value, msg)
-                cache[key] = value
-                state = value["s"]
-                if not redelivered and (state.pop("dirty", True) or detections or downs
-                                        or msg.ts - value.get("p", 0) >= PERSIST_EVERY_MS):
-                    value["p"] = msg.ts
-                    t0 = time.perf_counter()
-                    table[key] = orjson.dumps(value)
-                    sa.stats["persist_ms"] += (time.perf_counter() - t0) * 1000
-                    sa.stats["persisted"] += 1
-                sa.stats["events"] += 1
-                sa.stats["samples"] += len(msg.ports)
-                for d in downs:
-                    await sa.counter_downs.send(key=f"{d.device}:{d.port}".encode(),
-                                                value=orjson.dumps(d.to_wire()))
-                await sa.publish(detections)
+                for part in msg.split():  # a host agent's message: one part per HCA
+                    await process(part)
+                for observe in sa.counters_observers:  # the stale detector
+                    try:
+                        await observe(msg, int(event.message.partition))
+                    except Exception:  # its failure is not this message's
+                        log.exception("counters observer %s failed on %s", observe, msg.id)
                 sa.stats["counters_ms"] += (time.perf_counter() - t_start) * 1000
             except Exception as exc:  # never die on a message
                 await sa.failed(raw, exc, event.message)

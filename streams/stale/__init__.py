@@ -1,0 +1,1 @@
+"""Silence is a state: devices and ports that stop reporting become ``stale``."""
