@@ -338,7 +338,6 @@ class PortRemediation:
         """Stop, read the port back, account the budget, page, and wait: approve tries the
         step again, abort rolls back."""
         self._step = f"needs_human:{step}"
-        self._state = "needs_human"
         self._needs = f"{step}: {why}"
         state = await self._read_state()
         if state.isolated and step == "isolate":
@@ -347,13 +346,15 @@ class PortRemediation:
         await self._record(step, "failed", note=f"needs a human: {why}"[:500],
                            after=state.model_dump(mode="json"))
         await self._account(state)
+        # the state says "needs_human" once the port is read and the budget accounted
+        self._state = "needs_human"
+        self._waiting_for = "approve"
+        self._approval = None
         await self._ticket_op("page", f"{self._cable_name()}: {step} could not complete; a human "
                                       f"must act (port {state.detail or 'state unknown'})",
                               {**self._ticket_details(), "failed_step": step, "why": why,
                                "port_state": state.model_dump(mode="json"),
                                "approve": "retries the step", "abort": "rolls back"})
-        self._waiting_for = "approve"
-        self._approval = None
         await self._wait(lambda: self._approval is not None, None)
         self._waiting_for = None
         approval = self._approval
@@ -458,14 +459,14 @@ class PortRemediation:
             return
         self._step = "repeat_offender"
         self._state = "needs_human"
+        self._waiting_for = "approve"
+        self._approval = None
         self._needs = (f"returned to service {n} times in {days:.0f} d; a human decides "
                        f"before it is isolated and re-admitted again")
         await self._ticket_op("page", f"{self._cable_name()}: {self._needs}",
                               {**self._ticket_details(), "approve": "isolate and repair again",
                                "abort": "leave it to a human"})
         await self._record("repeat_offender", "done", note=self._needs)
-        self._waiting_for = "approve"
-        self._approval = None
         await self._wait(lambda: self._approval is not None, None)
         self._waiting_for = None
         approval = self._approval
@@ -787,12 +788,12 @@ class PortRemediation:
         """A port found isolated goes back to service only when a human hands it over."""
         self._step = "handover"
         self._state = "awaiting_handover"
+        self._waiting_for = "approve"
+        self._approval = None
         await self._ticket_op("page", f"{self._port.key} was found isolated ({self._found}); "
                                       f"fabricwatch returns it to service only on approve",
                               {**self._ticket_details(), "approve": "hand it over: un-isolate",
                                "abort": "leave it isolated"})
-        self._waiting_for = "approve"
-        self._approval = None
         await self._wait(lambda: self._approval is not None, None)
         self._waiting_for = None
         approval = self._approval
