@@ -49,8 +49,10 @@ async def scenarios(client: Client, tmp: Path, tickets: TicketServer) -> None:
     fabric = FileFabric(tmp)
     async with running_worker(client, queue, fabric, tickets):
         # 1. both ends, a re-flap during the checks fails the first rung, the second fixes it
-        fabric.script({"*": "swap-optic"})
+        fabric.script({"leaf-su01-r1:1": "clean-and-reseat"})  # the checks pass, then it flaps
         inp = cable_input("leaf-su01-r1", 1, "node0001/mlx5_1", 1)
+        inp = inp.model_copy(update={"config": inp.config.model_copy(update={
+            "clean_counters_wait_s": 5.0})})
         h = await start(client, inp, queue)
         await until(h, lambda s: s.waiting_for == "clean-and-reseat")
         await h.signal(PortRemediation.detection, inp.detection.model_copy(update={
