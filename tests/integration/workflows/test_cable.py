@@ -396,3 +396,148 @@ async def test_reflap_during_the_soak_fails_the_rung(wf_env: WorkflowEnvironment
     assert any("next: swap-optic" in u["summary"]
                for u in ticket_server.ops(cable_id(fabric), "update"))
     assert len(fab.calls("isolate")) == 1 and len(fab.calls("unisolate")) == 1
+
+
+class RailFencer:
+    """A stand-in for Kubernetes (label + taint per node rail), recording each call."""
+
+    enabled = True
+
+    def __init__(self) -> None:
+        self.fenced: set[tuple[str, int | None]] = set()
+        self.calls: list[tuple[str, str, int | None]] = []
+
+    async def fence(self, node: str, rail: int | None, reason: str) -> bool:
+        self.calls.append(("fence", node, rail))
+        changed = (node, rail) not in self.fenced
+        self.fenced.add((node, rail))
+        return changed
+
+    async def unfence(self, node: str, rail: int | None) -> bool:
+        self.calls.append(("unfence", node, rail))
+        changed = (node, rail) in self.fenced
+        self.fenced.discard((node, rail))
+        return changed
+
+
+async def test_a_rail_is_unfenced_only_when_no_other_runbook_holds_it(
+        wf_env: WorkflowEnvironment, tmp_path: Path, ticket_server: TicketServer,
+        task_queue: str) -> None:
+    from wf_helpers import fabric_activities
+
+    from workflows.budget.activities import BudgetActivities
+    from workflows.worker import activity_functions, build_worker
+
+    client = wf_env.client
+    fabric = f"c{uuid.uuid4().hex[:8]}"
+    fab = FileFabric(tmp_path)
+    acts, sink = fabric_activities(fab, ticket_server.url)
+    fencer = RailFencer()
+    acts.fencer = fencer
+    # two cables of one node's rail 1 (a dual-port HCA on the same rail)
+    inv = Inventory()
+    links = [TopologyLink(a_device="leaf-su01-r1", a_port=3, b_device="node0002/mlx5_1",
+                          b_port=1),
+             TopologyLink(a_device="leaf-su01-r1", a_port=4, b_device="node0002/mlx5_1",
+                          b_port=2)]
+    inv.load(Topology(id="t", ts=int(time.time() * 1000), fabric=fabric, source="x",
+                      links=links))
+    disp = Dispatcher(client, Policy.from_yaml("fabricHealth: {breaker: "
+                                               "{maxIsolatedPortsPerSU: 100%}}"),
+                      inv, task_queue=task_queue, timeouts=FAST)
+    worker = build_worker(client, task_queue,
+                          activity_functions(acts, BudgetActivities(client, task_queue)))
+    async with worker:
+        await disp.handle(detection(fabric, ("leaf-su01-r1", 3)))
+        await disp.handle(detection(fabric, ("node0002/mlx5_1", 2), episode="ep-b"))
+        a = handle_of(client, cable_id(fabric))
+        b = handle_of(client, f"remediate/{fabric}/leaf-su01-r1:4~node0002/mlx5_1:2")
+        for h in (a, b):
+            st = await until(h, lambda s: s.waiting_for == "clean-and-reseat")
+            assert st.fenced and st.port.node == "node0002"
+        await a.signal(PortRemediation.abort, AbortRequest(actor="t"))
+        await asyncio.wait_for(a.result(), 60)
+        assert fencer.fenced == {("node0002", 1)}  # b still holds the rail
+        await b.signal(PortRemediation.abort, AbortRequest(actor="t"))
+        await asyncio.wait_for(b.result(), 60)
+    await acts.aclose()
+    assert fencer.fenced == set()
+    assert [c[0] for c in fencer.calls].count("unfence") == 1
+    skipped = [x for x in sink.actions() if x.step == "unfence" and x.outcome == "skipped"]
+    assert len(skipped) == 1 and "held by 1 other" in (skipped[0].note or "")
+
+
+def cli(target: str, fabric: str, *args: str) -> Any:
+    import os
+    import subprocess
+    import sys
+
+    from test_durability import REPO
+
+    env = {**os.environ, "FABRICWATCH_TEMPORAL__ADDRESS": target, "FABRICWATCH_FABRIC": fabric}
+    return subprocess.run([sys.executable, "-c", "from fabricwatch.cli import main; main()",
+                           *args], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=60, check=False)
+
+
+async def test_cli_lists_cables_and_reconciles(wf_env: WorkflowEnvironment, tmp_path: Path,
+                                               ticket_server: TicketServer,
+                                               task_queue: str) -> None:
+    import orjson
+
+    from sim.controller import SimController
+    from workflows.adapters.k8s import NoFencer
+    from workflows.adapters.records import MemorySink
+    from workflows.adapters.sim import SimChecker, SimControllerAdapter, SimEvidence
+    from workflows.adapters.ticket import WebhookTicketing
+    from workflows.budget.activities import BudgetActivities
+    from workflows.remediation.activities import FabricActivities
+    from workflows.worker import activity_functions, build_worker
+
+    client = wf_env.client
+    target = client.service_client.config.target_host
+    fabric = f"c{uuid.uuid4().hex[:8]}"
+    sim = SimController(tmp_path / "sim")
+    adapter = SimControllerAdapter(sim, tmp_path / "sim")
+    acts = FabricActivities(records=MemorySink(), controller=adapter,
+                            evidence=SimEvidence(adapter), checker=SimChecker(adapter),
+                            fencer=NoFencer(), ticketing=WebhookTicketing(ticket_server.url))
+    disp = dispatcher(client, fabric, task_queue)
+    run = lambda *a: asyncio.to_thread(cli, target, fabric, *a)  # noqa: E731
+    worker = build_worker(client, task_queue,
+                          activity_functions(acts, BudgetActivities(client, task_queue)))
+    async with worker:
+        await disp.handle(detection(fabric, HOST))
+        h = await wait_started(client, cable_id(fabric))
+        await until(h, lambda s: s.waiting_for == "clean-and-reseat")
+        listed = await run("runbook", "list", "--format", "json")
+        assert listed.returncode == 0, listed.stderr
+        rows = orjson.loads(listed.stdout)
+        assert len(rows) >= 1
+        row = next(r for r in rows if r["id"] == cable_id(fabric))
+        assert row["cable"] == ["leaf-su01-r1:3", "node0002/mlx5_1:1"]
+        assert (row["isolated_end"], row["state"], row["rung"]) == (
+            "leaf-su01-r1:3", "awaiting_technician", "clean-and-reseat")
+        # either end names the runbook
+        shown = await run("runbook", "show", "node0002/mlx5_1:1")
+        assert shown.returncode == 0 and cable_id(fabric) in shown.stdout, shown.stderr
+        agree = await run("runbook", "reconcile", "--sim-state", str(tmp_path / "sim"))
+        assert agree.returncode == 0 and "agree" in agree.stdout, agree.stdout + agree.stderr
+        sim.isolate("leaf-su01-r1", 5, by="a human")  # not fabricwatch's
+        found = await run("runbook", "reconcile", "--sim-state", str(tmp_path / "sim"),
+                          "--format", "json")
+        assert found.returncode == 1
+        kinds = [(d["kind"], d.get("port")) for d in orjson.loads(found.stdout)["differences"]]
+        assert kinds == [("untracked_isolation", "leaf-su01-r1:5")]
+        blind = await run("runbook", "reconcile", "--controller", "none")
+        assert blind.returncode == 1 and "did not run" in blind.stdout
+        await h.signal(PortRemediation.abort, AbortRequest(actor="t"))
+        await asyncio.wait_for(h.result(), 60)
+        listed = await run("runbook", "list", "--all", "--format", "json")
+        row = next(r for r in orjson.loads(listed.stdout) if r["id"] == cable_id(fabric))
+        assert (row["state"], row["isolated_end"]) == ("aborted", "leaf-su01-r1:3")
+        assert row["cable"] == ["leaf-su01-r1:3", "node0002/mlx5_1:1"] and "rung" in row
+    await acts.aclose()
+    # the fabric is never touched by reconcile: the human's isolation is still there
+    assert sim.is_isolated("leaf-su01-r1", 5)
+    assert [c["key"] for c in sim.commands("isolate")] == ["leaf-su01-r1:3", "leaf-su01-r1:5"]
