@@ -59,7 +59,8 @@ async def test_detected_isolated_repaired_returned_with_the_ledger(
     client = wf_env.client
     fabric = f"e2e{uuid.uuid4().hex[:6]}"
     device, port = "leaf-su01-r1", 3
-    wf_id = f"remediate/{fabric}/{device}:{port}"
+    # the cable's runbook: leaf-su01-r1:3 is cabled to node0002/mlx5_1:1
+    wf_id = f"remediate/{fabric}/{device}:{port}~node0002/mlx5_1:1"
     sim = SimController(tmp_path / "sim", fix_chance={"clean-and-reseat": 1.0})
     adapter = SimControllerAdapter(sim, tmp_path / "sim")
     acts = FabricActivities(records=LedgerSink(ledger), controller=adapter,
