@@ -115,7 +115,11 @@ class Dispatcher:
     """Turns detections into runbook inputs and starts or joins them."""
 
     def __init__(self, client: Client, policy: Policy, inventory: Inventory, *,
-                 task_queue: str, timeouts: ActivityTimeouts | None = None) -> None:
+                 task_queue: str, timeouts: ActivityTimeouts | None = None,
+                 fabric: str | None = None) -> None:
+        # fabric: this dispatcher's only fabric (the inventory holds one fabric's topology, a
+        # runbook worker acts on one fabric's controller); None takes every fabric
+        self.fabric = fabric
         self.client = client
         self.policy = policy
         self.inventory = inventory
@@ -136,7 +140,8 @@ class Dispatcher:
     async def handle(self, det: Detection) -> bool:
         """Dispatch one detection; True when a runbook was started or joined."""
         self.stats.seen += 1
-        if det.action != Action.ISOLATE_PORT:
+        if det.action != Action.ISOLATE_PORT or (self.fabric is not None
+                                                  and det.fabric != self.fabric):
             self.stats.ignored += 1
             return False
         inp = self.runbook_input(det)
@@ -164,7 +169,8 @@ class Dispatcher:
             log.warning("skipping an invalid detection: %s", exc)
             return False
         if isinstance(event, Topology):
-            self.inventory.load(event)
+            if self.fabric is None or event.fabric == self.fabric:
+                self.inventory.load(event)
             return False
         if not isinstance(event, Detection):
             self.stats.invalid += 1

@@ -18,6 +18,8 @@ Differences:
   Repair: grant it (recorded as forced by ``reconcile``).
 * ``untracked_isolation``: the controller has a port isolated that no open runbook isolated.
 * ``not_isolated``: an open runbook believes its port isolated; the controller says it is not.
+* ``unreadable_runbook``: a running runbook did not answer its status query (no worker): its
+  slots count as held, its own checks did not run.
 """
 
 from __future__ import annotations
@@ -25,12 +27,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
+from datetime import timedelta
 from typing import Any, Literal
 
 from workflows.budget.models import BudgetState, GrantRequest, ReleaseRequest
 
 Kind = Literal["stale_grant", "closed_hold", "unverified_grant", "missing_grant",
-               "untracked_isolation", "not_isolated"]
+               "untracked_isolation", "not_isolated", "unreadable_runbook"]
 REPAIRABLE = frozenset({"stale_grant", "missing_grant"})
 
 
@@ -41,6 +44,7 @@ class OpenRunbook:
     su: str
     isolated: bool
     budget_held: bool
+    readable: bool = True  # False: the status query did not answer
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +75,10 @@ def compare(open_runbooks: Iterable[OpenRunbook], budgets: Iterable[Budget],
     could not be read; the checks that need it are reported as not run, never passed)."""
     runs = {r.workflow_id: r for r in open_runbooks}
     budgets = list(budgets)
-    diffs: list[Difference] = []
+    diffs: list[Difference] = [
+        Difference("unreadable_runbook", f"{r.workflow_id} did not answer its status query; "
+                   f"its slots are kept and its checks did not run", runbook=r.workflow_id)
+        for r in runs.values() if not r.readable]
     for b in budgets:
         if b.scope not in ("su", "fabric"):
             continue
@@ -127,7 +134,13 @@ async def gather(client: Any, fabric: str) -> tuple[list[OpenRunbook], list[Budg
             "WorkflowType = 'PortRemediation' AND ExecutionStatus = 'Running'"):
         if not wf.id.startswith(prefix):
             continue
-        st = await client.get_workflow_handle(wf.id).query(PortRemediation.status)
+        try:
+            st = await client.get_workflow_handle(wf.id).query(PortRemediation.status,
+                                                               rpc_timeout=timedelta(seconds=10))
+        except Exception:  # noqa: BLE001 - no worker for it: counted as open, reported
+            runs.append(OpenRunbook(wf.id, "", "", isolated=False, budget_held=False,
+                                    readable=False))
+            continue
         runs.append(OpenRunbook(wf.id, st.port.key, st.port.su, st.isolated, st.budget_held))
     budgets: list[Budget] = []
     async for wf in client.list_workflows(

@@ -21,6 +21,7 @@ import signal
 import sys
 import time
 from contextlib import AsyncExitStack
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -146,32 +147,40 @@ def list_command(show_all: bool, fmt: str, as_json: bool, limit: int) -> None:
         query = "WorkflowType = 'PortRemediation'"
         if not show_all:
             query += " AND ExecutionStatus = 'Running'"
-        rows = []
-        async for wf in client.list_workflows(query, limit=limit):
+        listed = [wf async for wf in client.list_workflows(query, limit=limit)]
+        gate = asyncio.Semaphore(8)
+        # a runbook whose worker is gone must not hang the list: short, concurrent calls
+        rpc = timedelta(seconds=5)
+
+        async def row_of(wf: Any) -> dict[str, Any]:
             status = wf.status.name if wf.status else ""
             row: dict[str, Any] = {"id": wf.id, "cable": cable_ends(wf.id),
                                    "isolated_end": None, "state": status.lower(), "rung": None,
                                    "status": status, "started": wf.start_time.isoformat()}
             try:
-                if status == "RUNNING":
-                    st = await client.get_workflow_handle(wf.id).query(PortRemediation.status)
-                    row.update(cable=st.cable or row["cable"], isolated_end=st.port.key,
-                               state=st.state, rung=st.rung, step=st.step,
-                               waiting_for=st.waiting_for, shadow=st.shadow,
-                               isolated=st.isolated, owned=st.owned,
-                               needs_human=st.needs_human)
-                elif status == "COMPLETED":
-                    res = await client.get_workflow_handle_for(
-                        PortRemediation.run, wf.id, run_id=wf.run_id).result(follow_runs=False)
-                    row.update(cable=res.cable or row["cable"],
-                               isolated_end=res.isolated_end, state=res.outcome,
-                               rung=res.fixed_by, still_isolated=res.still_isolated)
+                async with gate:
+                    if status == "RUNNING":
+                        st = await client.get_workflow_handle(wf.id).query(
+                            PortRemediation.status, rpc_timeout=rpc)
+                        row.update(cable=st.cable or row["cable"], isolated_end=st.port.key,
+                                   state=st.state, rung=st.rung, step=st.step,
+                                   waiting_for=st.waiting_for, shadow=st.shadow,
+                                   isolated=st.isolated, owned=st.owned,
+                                   needs_human=st.needs_human)
+                    elif status == "COMPLETED":
+                        res = await client.get_workflow_handle_for(
+                            PortRemediation.run, wf.id, run_id=wf.run_id).result(
+                                follow_runs=False, rpc_timeout=rpc)
+                        row.update(cable=res.cable or row["cable"],
+                                   isolated_end=res.isolated_end, state=res.outcome,
+                                   rung=res.fixed_by, still_isolated=res.still_isolated)
             except WorkflowFailureError:
                 pass  # failed / terminated: its status says so
             except Exception as exc:  # noqa: BLE001 - a stuck worker must not hide the list
                 row["state"] = f"unavailable: {type(exc).__name__}"
-            rows.append(row)
-        return rows
+            return row
+
+        return list(await asyncio.gather(*(row_of(wf) for wf in listed)))
 
     rows = _run(go())
     if fmt == "json":
@@ -257,7 +266,7 @@ def step_done_command(ident: str, step: str, note: str | None, actor: str | None
             raise _fail(f"--serial {item!r}: expected END=SERIAL")
         new_serials[end] = serial
 
-    async def go() -> None:
+    async def go() -> str:
         from temporalio.client import WorkflowUpdateFailedError
         from temporalio.service import RPCError
 
@@ -265,18 +274,19 @@ def step_done_command(ident: str, step: str, note: str | None, actor: str | None
         from workflows.remediation.workflows import PortRemediation
 
         handle = await _handle(settings, wf_id, ident)
+        found: str = handle.id
         try:
             await handle.execute_update(PortRemediation.complete_step,
                                         StepDone(step=step, actor=actor or _default_actor(),
                                                  note=note, new_port=new_port,
                                                  new_serials=new_serials))
         except WorkflowUpdateFailedError as exc:
-            raise _fail(f"{wf_id}: {exc.cause or exc}") from None
+            raise _fail(f"{found}: {exc.cause or exc}") from None
         except RPCError as exc:  # e.g. the runbook has finished: no step awaits anything
-            raise _fail(f"{wf_id}: {exc.message}") from None
+            raise _fail(f"{found}: {exc.message}") from None
+        return found
 
-    _run(go())
-    click.echo(f"{wf_id}: {step} done")
+    click.echo(f"{_run(go())}: {step} done")
     _hard_exit(0)
 
 
@@ -290,28 +300,29 @@ def _signal_command(name: str, help_text: str) -> click.Command:
         wf_id = resolve_id(settings, ident)
         who = actor or _default_actor()
 
-        async def go() -> None:
+        async def go() -> str:
             from temporalio.service import RPCError
 
             from workflows.remediation.models import AbortRequest, Approval
             from workflows.remediation.workflows import PortRemediation
 
             handle = await _handle(settings, wf_id, ident)
+            wf_id_found: str = handle.id
             st = await handle.query(PortRemediation.status)
             try:
                 if name == "approve":
                     if st.waiting_for != "approve":
-                        raise _fail(f"{wf_id} is not waiting for an approval (state "
+                        raise _fail(f"{wf_id_found} is not waiting for an approval (state "
                                     f"{st.state}, step {st.step})")
                     await handle.signal(PortRemediation.approve, Approval(actor=who, note=note))
                 else:
                     await handle.signal(PortRemediation.abort,
                                         AbortRequest(actor=who, reason=note))
             except RPCError as exc:  # e.g. the runbook has finished (state {st.state})
-                raise _fail(f"{wf_id}: {exc.message} (state {st.state})") from None
+                raise _fail(f"{wf_id_found}: {exc.message} (state {st.state})") from None
+            return wf_id_found
 
-        _run(go())
-        click.echo(f"{wf_id}: {name} sent by {who}")
+        click.echo(f"{_run(go())}: {name} sent by {who}")
         _hard_exit(0)
 
     return command

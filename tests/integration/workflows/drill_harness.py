@@ -1,7 +1,7 @@
 """The drill's runbook worker: the Temporal worker and the Kafka dispatcher in one process,
 on the simulator's own controller.
 
-Usage: drill_harness.py TARGET TASK_QUEUE STATE_DIR BOOTSTRAP TICKET_URL NAME
+Usage: drill_harness.py TARGET TASK_QUEUE STATE_DIR BOOTSTRAP TICKET_URL FABRIC NAME
 
 When STATE_DIR/kill-at names a step, the process SIGKILLs itself right *after* that step's
 side effect (the port isolated, the activity not yet completed): the hardest moment to die,
@@ -130,7 +130,7 @@ class SlowBudget(BudgetActivities):
 
 
 async def main(target: str, queue: str, state_dir: str, bootstrap: str, ticket_url: str,
-               name: str) -> None:
+               fabric: str, name: str) -> None:
     global KILL_AT
     state = Path(state_dir)
     KILL_AT = state / "kill-at"
@@ -145,7 +145,7 @@ async def main(target: str, queue: str, state_dir: str, bootstrap: str, ticket_u
     funcs = activity_functions(acts, budget)
     worker = build_worker(client, queue, funcs)
     dispatcher = Dispatcher(client, Policy.from_yaml(POLICY), Inventory(), task_queue=queue,
-                            timeouts=TIMEOUTS)
+                            timeouts=TIMEOUTS, fabric=fabric)
     stop = asyncio.Event()
     async with worker:
         disp = asyncio.create_task(run_dispatcher(dispatcher, bootstrap, group_id=f"drill-{queue}",
@@ -155,4 +155,4 @@ async def main(target: str, queue: str, state_dir: str, bootstrap: str, ticket_u
 
 
 if __name__ == "__main__":
-    asyncio.run(main(*sys.argv[1:7]))
+    asyncio.run(main(*sys.argv[1:8]))

@@ -46,8 +46,8 @@ def detection(fabric: str, device: str, port: int, det_id: str) -> Detection:
 
 class Workers:
     def __init__(self, client: Client, queue: str, state: Path, bootstrap: str,
-                 url: str) -> None:
-        self.args = [target_of(client), queue, str(state), bootstrap, url]
+                 url: str, fabric: str) -> None:
+        self.args = [target_of(client), queue, str(state), bootstrap, url, fabric]
         self.state = state
         self.proc: subprocess.Popen[bytes] | None = None
         self.started = 0
@@ -99,7 +99,7 @@ async def test_kill_the_worker_in_every_step(wf_env: WorkflowEnvironment, kafka_
         await pub.send(detection(fabric, "node0002/mlx5_1", 1, f"{fabric}-host"))
         await pub.send(detection(fabric, "leaf-su01-r1", 3, f"{fabric}-leaf"))
         await pub.send(detection(fabric, "leaf-su01-r1", 3, f"{fabric}-leaf"))
-    workers = Workers(client, task_queue, tmp_path, kafka_bootstrap, ticket_server.url)
+    workers = Workers(client, task_queue, tmp_path, kafka_bootstrap, ticket_server.url, fabric)
     handle = client.get_workflow_handle_for(PortRemediation.run, wf_id)
     kill_at = tmp_path / "kill-at"
     killed: list[str] = []
