@@ -39,7 +39,7 @@ from workflows.adapters.ticket import LogTicketing
 from workflows.budget.activities import BudgetActivities
 from workflows.budget.models import BudgetInput, GrantRequest, ReleaseRequest
 from workflows.budget.workflows import IsolationBudget
-from workflows.dispatch import Dispatcher
+from workflows.dispatch import Dispatcher, runbook_id
 from workflows.inventory import Inventory
 from workflows.remediation.activities import FabricActivities
 from workflows.remediation.workflows import PortRemediation
@@ -102,7 +102,7 @@ async def burst_phase(client: Client, ports: int, sus: int, state: Path,
     t0 = time.perf_counter()
     await asyncio.gather(*[dispatcher.handle(d) for d in dets])
     dispatched = time.perf_counter() - t0
-    ids = {f"remediate/{fabric}/{d.device}:{d.port}" for d in dets}
+    ids = {runbook_id(dispatcher.runbook_input(d)) for d in dets}  # one per cable
     # Watch the records, not the workflows: a query per runbook per poll would load the
     # worker and the server as much as the runbooks do.
     while True:

@@ -249,6 +249,8 @@ class RunbookMetrics:
         seen: set[tuple[str, str]] = set()
         query = "WorkflowType = 'IsolationBudget' AND ExecutionStatus = 'Running'"
         async for wf in self.client.list_workflows(query, limit=self.max_budgets):
+            if wf.id.startswith("railhold/"):
+                continue  # a node rail's fence holders, not an isolation budget
             handle = self.client.get_workflow_handle(wf.id)
             try:
                 state = await handle.query("state")

@@ -230,6 +230,19 @@ class Runbook(_Section):
     step_reminder: Seconds = 4 * 3600.0
     step_escalation: Seconds = 24 * 3600.0
     approval_timeout: Seconds = 7 * 86400.0
+    # A cable returned to service this often within ``repeat_window`` starts its next runbook
+    # at the rung after the one that last fixed it; ``repeat_human_after`` returns and a human
+    # decides instead (UFM's port-health plugin stops re-admitting after the 2nd-3rd time).
+    repeat_window: Seconds = 30 * 86400.0
+    repeat_next_rung_after: int = Field(default=2, ge=1)
+    repeat_human_after: int = Field(default=3, ge=1)
+
+
+class IsolateEnd(_Section):
+    """Which end of a cable the runbook isolates."""
+
+    host_link: Literal["switch", "host"] = "switch"  # a host link: the switch (leaf) port
+    switch_link: Literal["lower", "upper"] = "lower"  # leaf-spine: the lower-tier (leaf) end
 
 
 class FabricHealth(_Section):
@@ -245,6 +258,7 @@ class FabricHealth(_Section):
     staleness: Staleness = Staleness()
     shadow: Shadow = Shadow()
     runbook: Runbook = Runbook()
+    isolate_end: IsolateEnd = IsolateEnd()
     repair_ladder: Annotated[list[str], Field(min_length=1)] = Field(
         default_factory=lambda: ["clean-and-reseat", "swap-optic", "swap-cable",
                                  "swap-switch-port"])

@@ -36,6 +36,8 @@ HEALTH_FILE = "sim-health.json"  # written by the running simulator, read by is_
 # (``sim run --fix-chance``), so that commands from other processes can be checked.
 FABRIC_FILE_PREFIX = "sim-fabric-"
 LOCK_FILE = "sim-controller.lock"
+# Every command, appended under the lock: what a drill counts (one isolate, one un-isolate).
+COMMAND_LOG = "sim-commands.jsonl"
 STATE_VERSION = 1
 # Rough field experience: a reseat fixes about half of bad links, a new optic or cable
 # most of the rest, a different switch port nearly all. Configurable per controller.
@@ -104,22 +106,53 @@ class SimController:
 
     # -- commands --------------------------------------------------------------------------
 
-    def isolate(self, device: str, port: int) -> bool:
-        """Take the port out of service. Returns True if it was not isolated before."""
+    def isolate(self, device: str, port: int, by: str | None = None) -> bool:
+        """Take the port out of service. Returns True if it was not isolated before.
+
+        ``by`` names who isolated it (another tool, a human); ``isolated_by`` tells it back.
+        """
         key = _key(device, port)
         with self._update() as state:
             if key in state["isolated"]:
+                self._log("isolate", key, changed=False)
                 return False
             epoch = int(state["epochs"].get(key, 0)) + 1
             state["epochs"][key] = epoch
-            state["isolated"][key] = {"since_ms": self._now_ms(), "epoch": epoch}
+            state["isolated"][key] = {"since_ms": self._now_ms(), "epoch": epoch,
+                                      **({"by": by} if by else {})}
+            self._log("isolate", key, changed=True, by=by)
             return True
 
     def unisolate(self, device: str, port: int) -> bool:
         """Return the port to service. Returns True if it was isolated."""
         key = _key(device, port)
         with self._update() as state:
-            return state["isolated"].pop(key, None) is not None
+            changed = state["isolated"].pop(key, None) is not None
+            self._log("unisolate", key, changed=changed)
+            return changed
+
+    def isolated_by(self, device: str, port: int) -> str | None:
+        entry = self._read()["isolated"].get(_key(device, port))
+        return entry.get("by") if isinstance(entry, dict) else None
+
+    def commands(self, op: str | None = None) -> list[dict[str, Any]]:
+        """The command log, oldest first (``op`` filters: isolate, unisolate, ...)."""
+        try:
+            lines = (self.state_dir / COMMAND_LOG).read_bytes().splitlines()
+        except FileNotFoundError:
+            return []
+        rows = [orjson.loads(line) for line in lines if line.strip()]
+        return [r for r in rows if op is None or r.get("op") == op]
+
+    def _log(self, op: str, key: str, **extra: Any) -> None:
+        # called under the exclusive lock, so lines never interleave; fsync'd, so a process
+        # killed right after the command still leaves its line
+        line = orjson.dumps({"ts_ms": self._now_ms(), "op": op, "key": key, "pid": os.getpid(),
+                             **{k: v for k, v in extra.items() if v is not None}})
+        with open(self.state_dir / COMMAND_LOG, "ab") as handle:
+            handle.write(line + b"\n")
+            handle.flush()
+            os.fsync(handle.fileno())
 
     def reset_counters(self, device: str, port: int) -> int:
         """Ask for the port's counters to be zeroed; returns the reset sequence number."""
@@ -127,6 +160,7 @@ class SimController:
         with self._update() as state:
             seq = int(state["resets"].get(key, 0)) + 1
             state["resets"][key] = seq
+            self._log("reset_counters", key, seq=seq)
             return seq
 
     def repair_step(self, device: str, port: int, rung: str | int) -> bool:
@@ -148,6 +182,7 @@ class SimController:
             fixed = self._draw(key, rung_name, epoch) < self.chance(rung_name)
             now = self._now_ms()
             history.append({"rung": rung_name, "epoch": epoch, "fixed": fixed, "ts_ms": now})
+            self._log("repair_step", key, rung=rung_name, fixed=fixed)
             if fixed:
                 state["repaired"][key] = now
             return fixed

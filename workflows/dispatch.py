@@ -1,11 +1,18 @@
-"""The dispatcher: ``fabric.detections`` in, one ``PortRemediation`` per port out.
+"""The dispatcher: ``fabric.detections`` in, one ``PortRemediation`` per cable out.
 
-A detection whose action is ``isolate_port`` is signal-with-started into
-``remediate/{fabric}/{device}:{port}`` (``start_signal="detection"`` with
-``id_conflict_policy=USE_EXISTING``): the first starts the runbook, later ones join it, and
-the workflow ignores a detection id it has already seen, so a redelivered Kafka message
-changes nothing. Offsets are committed only after Temporal accepted the start or signal
-(at-least-once, made idempotent by the workflow id).
+A detection whose action is ``isolate_port`` is resolved to its cable (both ends, from the
+``fabric.topology`` inventory) and signal-with-started into
+``remediate/{fabric}/{end_a}~{end_b}`` (``start_signal="detection"`` with
+``id_conflict_policy=USE_EXISTING``): the first starts the runbook, a detection from either
+end joins it, and the workflow ignores a detection id it has already seen.
+
+Exactly once per episode: before starting, the dispatcher looks at the cable's last run. A
+running one is joined; a closed one whose episodes (its own and the earlier ones it carried)
+include the detection's episode means a replayed detection, and nothing happens; otherwise a
+new runbook starts that carries the closed runs of the policy's repeat window (so the
+workflow knows a repeat offender). The namespace's retention must cover that window.
+Offsets are committed only after Temporal accepted the start or signal (at-least-once, made
+idempotent by the workflow id and the episode rule).
 
 Where a port sits (SU, rail, node, peer, LID, GUID) and how many ports its SU and the fabric
 have come from an ``Inventory`` built from the latest ``fabric.topology`` snapshot, with the
@@ -25,8 +32,9 @@ from aiokafka import (  # type: ignore[import-untyped]
     ConsumerRebalanceListener,
     TopicPartition,
 )
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.service import RPCError, RPCStatusCode
 
 from schemas import ContractError, decode
 from schemas.events import Action, Detection, Topology
@@ -36,24 +44,62 @@ from workflows.inventory import Inventory
 from workflows.remediation.models import (
     ActivityTimeouts,
     DetectionRef,
+    PriorRun,
     RemediationInput,
     RemediationResult,
     RunbookConfig,
-    remediation_workflow_id,
+    cable_workflow_id,
 )
 from workflows.remediation.workflows import PortRemediation
 
 log = logging.getLogger(__name__)
 
 
+def runbook_id(inp: RemediationInput) -> str:
+    """The cable's runbook id (the port's alone when its peer is unknown)."""
+    peer = (inp.peer.device, inp.peer.port) if inp.peer is not None else None
+    return cable_workflow_id(inp.port.fabric, (inp.port.device, inp.port.port), peer)
+
+
 async def start_or_join(client: Client, inp: RemediationInput, *, task_queue: str
                         ) -> WorkflowHandle[PortRemediation, RemediationResult]:
-    """Signal-with-start: start the port's runbook, or deliver the detection to it."""
-    wf_id = remediation_workflow_id(inp.port.fabric, inp.port.device, inp.port.port)
+    """Signal-with-start: start the cable's runbook, or deliver the detection to it."""
+    wf_id = runbook_id(inp)
     return await client.start_workflow(
         PortRemediation.run, inp, id=wf_id, task_queue=task_queue,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         start_signal="detection", start_signal_args=[inp.detection])
+
+
+async def closed_runs(client: Client, wf_id: str, *, now_ms: int, window_s: float
+                      ) -> tuple[bool, list[PriorRun]]:
+    """(a run of ``wf_id`` is running, the closed runs of the repeat window, newest last).
+
+    A closed run hands on the earlier runs it carried, so the chain reaches back as far as the
+    window. A run that did not complete (terminated, failed: only before this version) has no
+    result; it is counted with its close time and no episodes.
+    """
+    handle = client.get_workflow_handle_for(PortRemediation.run, wf_id)
+    try:
+        desc = await handle.describe()
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            return False, []
+        raise
+    if desc.status == WorkflowExecutionStatus.RUNNING:
+        return True, []
+    closed_ms = int(desc.close_time.timestamp() * 1000) if desc.close_time else now_ms
+    try:
+        result = await handle.result(follow_runs=False)
+    except WorkflowFailureError:
+        runs = [PriorRun(run_id=desc.run_id, closed_ts=closed_ms, outcome=desc.status.name
+                         if desc.status else "closed")]
+    else:
+        runs = [*result.prior, PriorRun(
+            run_id=desc.run_id, closed_ts=result.closed_ts or closed_ms, outcome=result.outcome,
+            fixed_by=result.fixed_by, episodes=list(result.episodes))]
+    since = now_ms - int(window_s * 1000)
+    return False, [r for r in runs if r.closed_ts >= since]
 
 
 @dataclass
@@ -62,13 +108,18 @@ class DispatchStats:
     dispatched: int = 0
     ignored: int = 0
     invalid: int = 0
+    duplicate: int = 0  # the episode already had a runbook that closed
 
 
 class Dispatcher:
     """Turns detections into runbook inputs and starts or joins them."""
 
     def __init__(self, client: Client, policy: Policy, inventory: Inventory, *,
-                 task_queue: str, timeouts: ActivityTimeouts | None = None) -> None:
+                 task_queue: str, timeouts: ActivityTimeouts | None = None,
+                 fabric: str | None = None) -> None:
+        # fabric: this dispatcher's only fabric (the inventory holds one fabric's topology, a
+        # runbook worker acts on one fabric's controller); None takes every fabric
+        self.fabric = fabric
         self.client = client
         self.policy = policy
         self.inventory = inventory
@@ -77,20 +128,35 @@ class Dispatcher:
         self.stats = DispatchStats()
 
     def runbook_input(self, det: Detection) -> RemediationInput:
-        port = self.inventory.port_ref(det.fabric, det.device, det.port)
+        port, peer = self.inventory.cable(det.fabric, det.device, det.port,
+                                          self.policy.fabric_health.isolate_end)
         cfg = RunbookConfig.from_policy(
             self.policy, fabric=det.fabric, detection=str(det.detection),
             su_ports=self.inventory.su_ports(port.su), fabric_ports=self.inventory.fabric_ports(),
             timeouts=self.timeouts)
-        return RemediationInput(port=port, detection=DetectionRef.from_detection(det), config=cfg)
+        return RemediationInput(port=port, peer=peer, detection=DetectionRef.from_detection(det),
+                                config=cfg)
 
     async def handle(self, det: Detection) -> bool:
         """Dispatch one detection; True when a runbook was started or joined."""
         self.stats.seen += 1
-        if det.action != Action.ISOLATE_PORT:
+        if det.action != Action.ISOLATE_PORT or (self.fabric is not None
+                                                  and det.fabric != self.fabric):
             self.stats.ignored += 1
             return False
-        await start_or_join(self.client, self.runbook_input(det), task_queue=self.task_queue)
+        inp = self.runbook_input(det)
+        running, prior = await closed_runs(
+            self.client, runbook_id(inp), now_ms=int(time.time() * 1000),
+            window_s=inp.config.repeat_window_s)
+        if not running and any(det.episode in r.episodes for r in prior):
+            # a replayed detection of an episode whose runbook has closed: nothing to do
+            self.stats.duplicate += 1
+            log.info("detection %s: episode %s already had runbook %s", det.id, det.episode,
+                     runbook_id(inp))
+            return False
+        if prior:
+            inp = inp.model_copy(update={"prior": prior})
+        await start_or_join(self.client, inp, task_queue=self.task_queue)
         self.stats.dispatched += 1
         return True
 
@@ -103,7 +169,8 @@ class Dispatcher:
             log.warning("skipping an invalid detection: %s", exc)
             return False
         if isinstance(event, Topology):
-            self.inventory.load(event)
+            if self.fabric is None or event.fabric == self.fabric:
+                self.inventory.load(event)
             return False
         if not isinstance(event, Detection):
             self.stats.invalid += 1

@@ -14,12 +14,15 @@ import re
 from dataclasses import dataclass, field
 
 from schemas.events import Topology
+from schemas.policy import IsolateEnd
 from workflows.remediation.models import PortRef
 
 _SU = re.compile(r"(?:^|[-_.])(su\d+)(?:[-_.]|$)", re.IGNORECASE)
 _RAIL = re.compile(r"(?:^|[-_.])(?:r|rail)(\d+)$", re.IGNORECASE)
 _HCA = re.compile(r"^(?P<host>[^/]+)/(?:mlx5_|hca|ib|nic)(?P<rail>\d+)$", re.IGNORECASE)
 UNKNOWN_SU = "unknown"
+# Switch tiers by name: a leaf (ToR) is below a spine, a spine below a core / super-spine.
+_TIERS = (("leaf", 1), ("tor", 1), ("spine", 2), ("core", 3), ("super", 3))
 
 
 def su_from_name(device: str) -> str | None:
@@ -40,6 +43,30 @@ def host_of(device: str) -> str | None:
     if hca:
         return hca.group("host")
     return device.split("/", 1)[0] if "/" in device else None
+
+
+def tier_of(device: str) -> int | None:
+    """0 for a host HCA, 1 leaf, 2 spine, 3 core; None when the name does not say."""
+    if host_of(device) is not None:
+        return 0
+    name = device.lower()
+    for word, tier in _TIERS:
+        if word in name:
+            return tier
+    return None
+
+
+def isolated_end(a: tuple[str, int], b: tuple[str, int], rule: IsolateEnd) -> tuple[str, int]:
+    """The end of cable a-b the runbook isolates: the switch port of a host link (or the host
+    port), the lower (or upper) tier end of a switch link; ``a`` when the names do not say."""
+    ta, tb = tier_of(a[0]), tier_of(b[0])
+    if ta is None or tb is None or ta == tb:
+        return a
+    if 0 in (ta, tb):  # a host link
+        host, switch = (a, b) if ta == 0 else (b, a)
+        return switch if rule.host_link == "switch" else host
+    lower, upper = (a, b) if ta < tb else (b, a)
+    return lower if rule.switch_link == "lower" else upper
 
 
 @dataclass
@@ -135,3 +162,18 @@ class Inventory:
         return PortRef(fabric=fabric, device=device, port=port, su=self.su_of(device, port),
                        rail=rail, node=node, peer_device=peer[0] if peer else None,
                        peer_port=peer[1] if peer else None, lid=lid, guid=self.guids.get(device))
+
+    def cable(self, fabric: str, device: str, port: int, rule: IsolateEnd | None = None
+              ) -> tuple[PortRef, PortRef | None]:
+        """The cable of a detected port: (the end to isolate, the other end or None).
+
+        Both ends are placed (SU, rail, node, GUID, LID) the same way ``port_ref`` places one;
+        the budget is counted in the SU of the isolated end.
+        """
+        seen = (device, port)
+        peer = self.peers.get(seen)
+        if peer is None:
+            return self.port_ref(fabric, device, port), None
+        target = isolated_end(seen, peer, rule or IsolateEnd())
+        other = peer if target == seen else seen
+        return self.port_ref(fabric, *target), self.port_ref(fabric, *other)

@@ -40,7 +40,7 @@ def activity_functions(fabric: FabricActivities, budget: BudgetActivities,
         fabric.record_action, fabric.capture_evidence, fabric.isolate_port,
         fabric.unisolate_port, fabric.reset_counters, fabric.repair_step, fabric.fence_node,
         fabric.unfence_node, fabric.run_check, fabric.ticket, fabric.open_breaker,
-        budget.acquire, budget.release,
+        fabric.port_state, budget.acquire, budget.release, budget.rail_hold, budget.rail_release,
     ]
     if audit is not None:
         funcs.append(audit.audit_topology)

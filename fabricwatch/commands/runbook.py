@@ -1,9 +1,11 @@
 """``fabricwatch runbook ...`` for technicians and operators, and ``fabricwatch runbook-worker``.
 
-``runbook list | show ID | step-done ID STEP [--note] [--actor] | approve ID | abort ID |
-budget``: ID is a workflow id (``remediate/lab/leaf-su01-r3:17``) or just ``DEVICE:PORT`` of
-the configured fabric. Every action carries the actor (default: the login name), which the
-runbook records in the ledger. Exit code 2 on a bad ID or a step the runbook is not awaiting.
+``runbook list | show ID | step-done ID STEP [--note] [--actor] [--new-port] [--serial] |
+approve ID | abort ID | budget | reconcile [--apply]``: ID is a workflow id
+(``remediate/lab/leaf-su01-r3:17~node0042/mlx5_3:1``) or just ``DEVICE:PORT`` of either end
+of the cable, in the configured fabric. Every action carries the actor (default: the login
+name), which the runbook records in the ledger. Exit code 2 on a bad ID or a step the
+runbook is not awaiting.
 
 ``runbook-worker`` runs the Temporal worker and the dispatcher (``fabric.detections`` ->
 signal-with-start) until SIGINT/SIGTERM.
@@ -19,6 +21,7 @@ import signal
 import sys
 import time
 from contextlib import AsyncExitStack
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -36,13 +39,35 @@ def _fail(message: str) -> SystemExit:
 
 
 def resolve_id(settings: Settings, ident: str) -> str:
-    """A workflow id from ``remediate/...``, ``budget/...`` or ``DEVICE:PORT``."""
+    """A workflow id from ``remediate/...``, ``budget/...`` or ``DEVICE:PORT`` (the id of a
+    port without a known peer; ``_find`` looks up the cable that has the port as an end)."""
     if ident.startswith(("remediate/", "budget/")):
         return ident
     device, sep, port = ident.rpartition(":")
     if not sep or not device or not port.isdigit():
         raise _fail(f"{ident!r} is neither a workflow id nor DEVICE:PORT")
     return f"remediate/{settings.fabric}/{device}:{int(port)}"
+
+
+def cable_ends(wf_id: str) -> list[str]:
+    """The ``device:port`` ends named by a runbook id (one, or the cable's two)."""
+    tail = wf_id.removeprefix("remediate/").split("/", 1)
+    return tail[1].split("~") if len(tail) == 2 else []
+
+
+async def _find(settings: Settings, client: Any, ident: str) -> str:
+    """The runbook of ``ident``: as given, or the newest one with ``DEVICE:PORT`` as an end."""
+    wf_id = resolve_id(settings, ident)
+    if ident.startswith(("remediate/", "budget/")):
+        return wf_id
+    key = wf_id.removeprefix(f"remediate/{settings.fabric}/")
+    prefix = f"remediate/{settings.fabric}/"
+    for query in ("WorkflowType = 'PortRemediation' AND ExecutionStatus = 'Running'",
+                  "WorkflowType = 'PortRemediation'"):
+        async for wf in client.list_workflows(query, limit=10_000):
+            if wf.id.startswith(prefix) and key in cable_ends(wf.id):
+                return str(wf.id)
+    return wf_id
 
 
 def _default_actor() -> str:
@@ -84,10 +109,12 @@ async def _client(settings: Settings) -> Any:
         raise _fail(f"cannot reach Temporal at {settings.temporal.target}: {exc}") from None
 
 
-async def _handle(settings: Settings, wf_id: str) -> Any:
+async def _handle(settings: Settings, wf_id: str, ident: str | None = None) -> Any:
     from temporalio.service import RPCError
 
     client = await _client(settings)
+    if ident is not None:
+        wf_id = await _find(settings, client, ident)
     handle = client.get_workflow_handle(wf_id)
     try:
         await handle.describe()
@@ -103,34 +130,62 @@ def runbook_group() -> None:
 
 @runbook_group.command("list")
 @click.option("--all", "show_all", is_flag=True, help="Include finished runbooks.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
+              show_default=True, help="json: one object per runbook, a JSON array.")
 @click.option("--json", "as_json", is_flag=True, help="JSON lines instead of a table.")
 @click.option("--limit", type=click.IntRange(1, 10_000), default=200, show_default=True)
-def list_command(show_all: bool, as_json: bool, limit: int) -> None:
-    """Runbooks (running ones unless --all), with their current step."""
+def list_command(show_all: bool, fmt: str, as_json: bool, limit: int) -> None:
+    """Runbooks (running ones unless --all): cable, isolated end, state, rung, step."""
     settings = load_settings()
 
     async def go() -> list[dict[str, Any]]:
+        from temporalio.client import WorkflowFailureError
+
         from workflows.remediation.workflows import PortRemediation
 
         client = await _client(settings)
         query = "WorkflowType = 'PortRemediation'"
         if not show_all:
             query += " AND ExecutionStatus = 'Running'"
-        rows = []
-        async for wf in client.list_workflows(query, limit=limit):
-            row: dict[str, Any] = {"id": wf.id, "status": wf.status.name if wf.status else "",
-                                   "started": wf.start_time.isoformat()}
-            if wf.status is not None and wf.status.name == "RUNNING":
-                try:
-                    st = await client.get_workflow_handle(wf.id).query(PortRemediation.status)
-                    row.update(step=st.step, state=st.state, waiting_for=st.waiting_for,
-                               shadow=st.shadow)
-                except Exception as exc:  # noqa: BLE001 - a stuck worker must not hide the list
-                    row["state"] = f"unavailable: {type(exc).__name__}"
-            rows.append(row)
-        return rows
+        listed = [wf async for wf in client.list_workflows(query, limit=limit)]
+        gate = asyncio.Semaphore(8)
+        # a runbook whose worker is gone must not hang the list: short, concurrent calls
+        rpc = timedelta(seconds=5)
+
+        async def row_of(wf: Any) -> dict[str, Any]:
+            status = wf.status.name if wf.status else ""
+            row: dict[str, Any] = {"id": wf.id, "cable": cable_ends(wf.id),
+                                   "isolated_end": None, "state": status.lower(), "rung": None,
+                                   "status": status, "started": wf.start_time.isoformat()}
+            try:
+                async with gate:
+                    if status == "RUNNING":
+                        st = await client.get_workflow_handle(wf.id).query(
+                            PortRemediation.status, rpc_timeout=rpc)
+                        row.update(cable=st.cable or row["cable"], isolated_end=st.port.key,
+                                   state=st.state, rung=st.rung, step=st.step,
+                                   waiting_for=st.waiting_for, shadow=st.shadow,
+                                   isolated=st.isolated, owned=st.owned,
+                                   needs_human=st.needs_human)
+                    elif status == "COMPLETED":
+                        res = await client.get_workflow_handle_for(
+                            PortRemediation.run, wf.id, run_id=wf.run_id).result(
+                                follow_runs=False, rpc_timeout=rpc)
+                        row.update(cable=res.cable or row["cable"],
+                                   isolated_end=res.isolated_end, state=res.outcome,
+                                   rung=res.fixed_by, still_isolated=res.still_isolated)
+            except WorkflowFailureError:
+                pass  # failed / terminated: its status says so
+            except Exception as exc:  # noqa: BLE001 - a stuck worker must not hide the list
+                row["state"] = f"unavailable: {type(exc).__name__}"
+            return row
+
+        return list(await asyncio.gather(*(row_of(wf) for wf in listed)))
 
     rows = _run(go())
+    if fmt == "json":
+        click.echo(dumps(rows).decode())
+        _hard_exit(0)
     if as_json:
         for row in rows:
             click.echo(dumps(row).decode())
@@ -139,8 +194,9 @@ def list_command(show_all: bool, as_json: bool, limit: int) -> None:
     for row in rows if not as_json else []:
         waiting = f" waiting for {row['waiting_for']}" if row.get("waiting_for") else ""
         shadow = " [shadow]" if row.get("shadow") else ""
+        iso = f"  isolating {row['isolated_end']}" if row.get("isolated_end") else ""
         click.echo(f"{row['id']}  {row['status']}  {row.get('state', '')}  "
-                   f"{row.get('step', '')}{waiting}{shadow}")
+                   f"{row.get('step', '')}{waiting}{shadow}{iso}")
     _hard_exit(0)
 
 
@@ -155,7 +211,7 @@ def show_command(ident: str, as_json: bool) -> None:
     async def go() -> Any:
         from workflows.remediation.workflows import PortRemediation
 
-        handle = await _handle(settings, wf_id)
+        handle = await _handle(settings, wf_id, ident)
         return await handle.query(PortRemediation.status)
 
     st = _run(go())
@@ -167,8 +223,13 @@ def show_command(ident: str, as_json: bool) -> None:
                + ("  [shadow]" if st.shadow else ""))
     click.echo(f"  port: {st.port.key}  SU {st.port.su}  rail {st.port.rail}  node "
                f"{st.port.node}  peer {st.port.peer_device}:{st.port.peer_port}")
-    click.echo(f"  isolated: {st.isolated}  fenced: {st.fenced}  ticket: {st.ticket}  "
-               f"budget held: {st.budget_held}")
+    click.echo(f"  cable: {' ~ '.join(st.cable)}  isolated end: {st.isolated_end}")
+    click.echo(f"  isolated: {st.isolated}  by fabricwatch: {st.owned}  fenced: {st.fenced}  "
+               f"ticket: {st.ticket}  budget held: {st.budget_held}")
+    if st.found_isolated:
+        click.echo(f"  found isolated: {st.found_isolated}")
+    if st.needs_human:
+        click.echo(f"  NEEDS A HUMAN: {st.needs_human}  (port: {st.port_state})")
     click.echo("  detections:")
     for d in st.detections:
         click.echo(f"    {d.detection} {d.severity} {d.id}")
@@ -188,30 +249,44 @@ def show_command(ident: str, as_json: bool) -> None:
 @click.argument("step")
 @click.option("--note", default=None, help="What was done (recorded in the ledger).")
 @click.option("--actor", default=None, help="Who did it (default: your login name).")
-def step_done_command(ident: str, step: str, note: str | None, actor: str | None) -> None:
+@click.option("--new-port", type=click.IntRange(0, 1024), default=None,
+              help="swap-switch-port: the switch port the cable moved to.")
+@click.option("--serial", "serials", multiple=True, metavar="END=SERIAL",
+              help="A swap rung's new optic / cable serial, e.g. leaf-su01-r3:17=MT2231FT0123.")
+def step_done_command(ident: str, step: str, note: str | None, actor: str | None,
+                      new_port: int | None, serials: tuple[str, ...]) -> None:
     """Tell the runbook that ladder step STEP is done."""
     settings = load_settings()
     wf_id = resolve_id(settings, ident)
 
-    async def go() -> None:
+    new_serials: dict[str, str] = {}
+    for item in serials:
+        end, sep, serial = item.partition("=")
+        if not sep or not end or not serial or len(serial) > 128:
+            raise _fail(f"--serial {item!r}: expected END=SERIAL")
+        new_serials[end] = serial
+
+    async def go() -> str:
         from temporalio.client import WorkflowUpdateFailedError
         from temporalio.service import RPCError
 
         from workflows.remediation.models import StepDone
         from workflows.remediation.workflows import PortRemediation
 
-        handle = await _handle(settings, wf_id)
+        handle = await _handle(settings, wf_id, ident)
+        found: str = handle.id
         try:
             await handle.execute_update(PortRemediation.complete_step,
                                         StepDone(step=step, actor=actor or _default_actor(),
-                                                 note=note))
+                                                 note=note, new_port=new_port,
+                                                 new_serials=new_serials))
         except WorkflowUpdateFailedError as exc:
-            raise _fail(f"{wf_id}: {exc.cause or exc}") from None
+            raise _fail(f"{found}: {exc.cause or exc}") from None
         except RPCError as exc:  # e.g. the runbook has finished: no step awaits anything
-            raise _fail(f"{wf_id}: {exc.message}") from None
+            raise _fail(f"{found}: {exc.message}") from None
+        return found
 
-    _run(go())
-    click.echo(f"{wf_id}: {step} done")
+    click.echo(f"{_run(go())}: {step} done")
     _hard_exit(0)
 
 
@@ -225,36 +300,38 @@ def _signal_command(name: str, help_text: str) -> click.Command:
         wf_id = resolve_id(settings, ident)
         who = actor or _default_actor()
 
-        async def go() -> None:
+        async def go() -> str:
             from temporalio.service import RPCError
 
             from workflows.remediation.models import AbortRequest, Approval
             from workflows.remediation.workflows import PortRemediation
 
-            handle = await _handle(settings, wf_id)
+            handle = await _handle(settings, wf_id, ident)
+            wf_id_found: str = handle.id
             st = await handle.query(PortRemediation.status)
             try:
                 if name == "approve":
                     if st.waiting_for != "approve":
-                        raise _fail(f"{wf_id} is not waiting for an approval (state "
+                        raise _fail(f"{wf_id_found} is not waiting for an approval (state "
                                     f"{st.state}, step {st.step})")
                     await handle.signal(PortRemediation.approve, Approval(actor=who, note=note))
                 else:
                     await handle.signal(PortRemediation.abort,
                                         AbortRequest(actor=who, reason=note))
             except RPCError as exc:  # e.g. the runbook has finished (state {st.state})
-                raise _fail(f"{wf_id}: {exc.message} (state {st.state})") from None
+                raise _fail(f"{wf_id_found}: {exc.message} (state {st.state})") from None
+            return wf_id_found
 
-        _run(go())
-        click.echo(f"{wf_id}: {name} sent by {who}")
+        click.echo(f"{_run(go())}: {name} sent by {who}")
         _hard_exit(0)
 
     return command
 
 
 runbook_group.add_command(_signal_command(
-    "approve", "Let a runbook waiting for a human go on (past the breaker, or after an "
-               "escalation)."))
+    "approve", "Let a runbook waiting for a human go on (past the breaker, after an "
+               "escalation, retry a step that needed a human, or hand over a port it found "
+               "isolated)."))
 runbook_group.add_command(_signal_command(
     "abort", "Stop a runbook; the port's isolation is rolled back."))
 
@@ -281,6 +358,57 @@ def budget_command(su: str | None) -> None:
         forced = f" (override by {h.forced_by})" if h.forced_by else ""
         click.echo(f"  {h.port_key}  {h.holder}{forced}")
     _hard_exit(0)
+
+
+@runbook_group.command("reconcile")
+@click.option("--apply", "apply_", is_flag=True,
+              help="Repair the accounting (release stale slots, grant missing ones); the "
+                   "fabric is never touched.")
+@click.option("--controller", type=click.Choice(["sim", "none"]), default="sim",
+              show_default=True, help="Where to read the isolated ports from (none: the "
+                                      "checks that need it are reported as not run).")
+@click.option("--sim-state", type=click.Path(path_type=Path, file_okay=False), default=None,
+              help="The simulator's state folder (default: STATE_DIR/sim).")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
+              show_default=True)
+def reconcile_command(apply_: bool, controller: str, sim_state: Path | None, fmt: str) -> None:
+    """Compare budgets, the controller's isolated ports and open runbooks; report every
+    difference. Exit 0 when they agree (or --apply repaired all), 1 when differences remain."""
+    settings = load_settings()
+
+    async def go() -> tuple[list[Any], str | None]:
+        from workflows.reconcile import compare, gather, repair
+
+        client = await _client(settings)
+        runs, budgets = await gather(client, settings.fabric)
+        isolated: set[str] | None = None
+        note = None
+        if controller == "sim":
+            from sim.controller import SimController
+
+            state = sim_state or settings.state_dir / "sim"
+            isolated = set(SimController(state).isolated_ports())
+        else:
+            note = "the controller's isolated set was not read: those checks did not run"
+        diffs = compare(runs, budgets, isolated)
+        if apply_:
+            await repair(client, diffs)
+        return diffs, note
+
+    diffs, note = _run(go())
+    left = [d for d in diffs if not d.repaired]
+    if fmt == "json":
+        click.echo(dumps({"differences": [d.to_json() for d in diffs], "not_run": note,
+                          "applied": apply_}).decode())
+    else:
+        if note:
+            click.echo(f"note: {note}")
+        if not diffs:
+            click.echo("budgets, controller and runbooks agree")
+        for d in diffs:
+            mark = " [repaired]" if d.repaired else ""
+            click.echo(f"{d.kind}: {d.detail}{mark}")
+    _hard_exit(1 if left or note else 0)
 
 
 @click.command("runbook-worker")

@@ -66,7 +66,8 @@ fabricHealth:
     approvalTimeout: 24h
 """
 
-DECIDED_STATES = frozenset({"awaiting_approval", "escalated"})
+DECIDED_STATES = frozenset({"awaiting_approval", "escalated", "needs_human",
+                            "awaiting_handover"})
 TEMPORAL_CALL_S = 10.0  # no Temporal call may stall the watch loop longer than this
 
 
@@ -410,6 +411,8 @@ class Demo:
         out: dict[str, tuple[int, int]] = {}
         for wf in await _listed(client, "WorkflowType = 'IsolationBudget' AND "
                                         "ExecutionStatus = 'Running'"):
+            if wf.id.startswith("railhold/"):
+                continue  # a node rail's fence holders, not an isolation budget
             with contextlib.suppress(Exception):
                 st = await asyncio.wait_for(
                     client.get_workflow_handle(wf.id).query(IsolationBudget.state),

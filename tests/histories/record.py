@@ -20,12 +20,17 @@ from conftest import TEMPORAL_BIN, TS_FLAG  # noqa: E402
 from temporalio.client import Client, WorkflowHandle  # noqa: E402
 from temporalio.contrib.pydantic import pydantic_data_converter  # noqa: E402
 from temporalio.testing import WorkflowEnvironment  # noqa: E402
-from test_remediation import make_input, running_worker, start, until  # noqa: E402
+from test_remediation import make_input, running_worker, until  # noqa: E402
 from wf_helpers import FileFabric, TicketServer  # noqa: E402
 
-from schemas.policy import Policy  # noqa: E402
-from workflows.budget.models import su_budget_id  # noqa: E402
-from workflows.remediation.models import AbortRequest, Approval, StepDone  # noqa: E402
+from workflows.dispatch import runbook_id  # noqa: E402
+from workflows.remediation.models import (  # noqa: E402
+    AbortRequest,
+    Approval,
+    PortRef,
+    RemediationInput,
+    StepDone,
+)
 from workflows.remediation.workflows import PortRemediation  # noqa: E402
 
 
@@ -37,45 +42,71 @@ async def save(handle: WorkflowHandle, name: str) -> None:  # type: ignore[type-
 
 
 async def scenarios(client: Client, tmp: Path, tickets: TicketServer) -> None:
+    """The cable runbook (the ``cable-runbook`` patch). The ``remediation_*`` and
+    ``budget_su`` histories were recorded before that patch and are kept as they are: they
+    prove that runbooks started before it still replay."""
     queue = "record"
     fabric = FileFabric(tmp)
     async with running_worker(client, queue, fabric, tickets):
-        # 1. happy path, then a fix on the second rung after a failed check
-        fabric.script({"*": "swap-optic"})
-        inp = make_input("leaf-su01-r1", 1, wait_s=1.0, fabric="hist")
+        # 1. both ends, a re-flap during the checks fails the first rung, the second fixes it
+        fabric.script({"leaf-su01-r1:1": "clean-and-reseat"})  # the checks pass, then it flaps
+        inp = cable_input("leaf-su01-r1", 1, "node0001/mlx5_1", 1)
+        inp = inp.model_copy(update={"config": inp.config.model_copy(update={
+            "clean_counters_wait_s": 5.0})})
         h = await start(client, inp, queue)
-        for rung in ("clean-and-reseat", "swap-optic"):
-            await until(h, lambda s, r=rung: s.waiting_for == r)
-            await h.execute_update(PortRemediation.complete_step,
-                                   StepDone(step=rung, actor="tech", note="done"))
+        await until(h, lambda s: s.waiting_for == "clean-and-reseat")
+        await h.signal(PortRemediation.detection, inp.detection.model_copy(update={
+            "id": "peer-end", "device": "node0001/mlx5_1", "port": 1}))
+        await h.execute_update(PortRemediation.complete_step,
+                               StepDone(step="clean-and-reseat", actor="tech"))
+        await until(h, lambda s: s.state == "waiting_clean_counters")
+        await h.signal(PortRemediation.detection, inp.detection.model_copy(update={
+            "id": "reflap", "episode": "ep-2"}))
+        await until(h, lambda s: s.waiting_for == "swap-optic")
+        await h.execute_update(PortRemediation.complete_step, StepDone(
+            step="swap-optic", actor="tech", new_serials={"leaf-su01-r1:1": "MT0001"}))
         await h.result()
-        await save(h, "remediation_ladder")
+        await save(h, "cable_ladder_reflap")
 
-        # 2. breaker: limit 1 held by a second runbook, approve, then abort both
-        a = make_input("leaf-su02-r1", 1, su="su02", su_limit=1, fabric="hist")
-        b = make_input("leaf-su02-r2", 2, su="su02", su_limit=1, fabric="hist")
-        ha = await start(client, a, queue)
-        await until(ha, lambda s: s.waiting_for == "clean-and-reseat")
-        hb = await start(client, b, queue)
-        await until(hb, lambda s: s.state == "awaiting_approval")
-        await hb.signal(PortRemediation.detection,
-                        b.detection.model_copy(update={"id": "second"}))
-        await hb.signal(PortRemediation.approve, Approval(actor="lead", note="ok"))
-        await until(hb, lambda s: s.waiting_for == "clean-and-reseat")
-        await hb.signal(PortRemediation.abort, AbortRequest(actor="lead", reason="test"))
-        await hb.result()
-        await save(hb, "remediation_breaker_approve_abort")
-        await ha.signal(PortRemediation.abort, AbortRequest(actor="lead"))
-        await ha.result()
-        await save(client.get_workflow_handle(su_budget_id("hist", "su02")), "budget_su")
+        # 2. a refused isolate: needs_human, approve retries it, then abort
+        fabric.fail(isolate="reject")
+        inp = cable_input("leaf-su02-r1", 1, "node0101/mlx5_1", 1, su="su02")
+        h = await start(client, inp, queue)
+        await until(h, lambda s: s.state == "needs_human")
+        fabric.fail()
+        await h.signal(PortRemediation.approve, Approval(actor="lead", note="fixed"))
+        await until(h, lambda s: s.waiting_for == "clean-and-reseat")
+        await h.signal(PortRemediation.abort, AbortRequest(actor="lead", reason="test"))
+        await h.result()
+        await save(h, "cable_needs_human")
 
-        # 3. shadow mode
-        s = make_input("leaf-su03-r1", 1, su="su03",
-                       policy=Policy.from_yaml("fabricHealth: {shadow: {all: true}}"),
-                       fabric="hist")
-        hs = await start(client, s, queue)
-        await hs.result()
-        await save(hs, "remediation_shadow")
+        # 3. found isolated by someone else: handed over by a human's approve
+        fabric.script({"*": "clean-and-reseat"})
+        fabric.isolate_by_other("leaf-su03-r1", 1, by="ufm")
+        inp = cable_input("leaf-su03-r1", 1, "node0201/mlx5_1", 1, su="su03")
+        h = await start(client, inp, queue)
+        await until(h, lambda s: s.waiting_for == "clean-and-reseat")
+        await h.execute_update(PortRemediation.complete_step,
+                               StepDone(step="clean-and-reseat", actor="tech"))
+        await until(h, lambda s: s.state == "awaiting_handover")
+        await h.signal(PortRemediation.approve, Approval(actor="lead"))
+        await h.result()
+        await save(h, "cable_found_isolated")
+
+
+def cable_input(device: str, port: int, peer: str, peer_port: int, su: str = "su01"
+                ) -> RemediationInput:
+    inp = make_input(device, port, su=su, wait_s=1.0, fabric="hist")
+    peer_ref = PortRef(fabric="hist", device=peer, port=peer_port, su=su, rail=1)
+    return inp.model_copy(update={
+        "peer": peer_ref,
+        "port": inp.port.model_copy(update={"peer_device": peer, "peer_port": peer_port}),
+        "detection": inp.detection.model_copy(update={"device": device, "port": port})})
+
+
+async def start(client: Client, inp: RemediationInput, queue: str) -> WorkflowHandle:  # type: ignore[type-arg]
+    return await client.start_workflow(PortRemediation.run, inp, id=runbook_id(inp),
+                                       task_queue=queue)
 
 
 async def main() -> None:

@@ -42,6 +42,16 @@ class Controller(Protocol):
         ...
 
 
+class ControllerReadback(Protocol):
+    """Optional on a ``Controller`` (looked up with ``getattr``): who isolated a port, and
+    every isolated port, for the runbook's ownership record and ``runbook reconcile``. The
+    simulator's adapter has both; a controller without them is reported as unknown."""
+
+    async def isolated_by(self, port: PortRef) -> str | None: ...
+
+    async def isolated_ports(self) -> list[str] | None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class ToolOutput:
     tool: str

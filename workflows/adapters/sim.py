@@ -83,6 +83,20 @@ class SimControllerAdapter:
     async def reset_counters(self, port: PortRef) -> None:
         await self._call(lambda: self._sim.reset_counters(port.device, port.port))
 
+    async def isolated_by(self, port: PortRef) -> str | None:
+        """Who isolated the port, where the simulator was told (``isolate(..., by=)``)."""
+        probe = getattr(self._sim, "isolated_by", None)
+        if probe is None:
+            return None
+        return await self._call(lambda: probe(port.device, port.port))
+
+    async def isolated_ports(self) -> list[str] | None:
+        """Every isolated ``device:port`` (None: this controller cannot list them)."""
+        probe = getattr(self._sim, "isolated_ports", None)
+        if probe is None:
+            return None
+        return await self._call(lambda: sorted(probe()))
+
     async def repair_step(self, port: PortRef, rung: str) -> bool | None:
         def op() -> bool:
             fixed = bool(self._sim.repair_step(port.device, port.port, rung))

@@ -19,6 +19,7 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
 from workflows.budget.models import (
+    RAIL_NO_LIMIT,
     AcquireInput,
     BudgetInput,
     GrantRequest,
@@ -27,9 +28,11 @@ from workflows.budget.models import (
     ReleaseRequest,
     ReleaseResult,
     fabric_budget_id,
+    rail_hold_id,
     su_budget_id,
 )
 from workflows.budget.workflows import IsolationBudget
+from workflows.remediation.models import RailInput, RailResult
 
 T = TypeVar("T")
 
@@ -112,3 +115,23 @@ class BudgetActivities:
         su = await self._release(su_budget_id(inp.fabric, inp.su),
                                  BudgetInput(fabric=inp.fabric, scope="su", su=inp.su), inp.holder)
         return ReleaseResult(released=fab.released or su.released, in_use=su.in_use)
+
+    def _rail(self, inp: RailInput) -> tuple[str, BudgetInput]:
+        where = f"{inp.node}/{'all' if inp.rail is None else inp.rail}"
+        return (rail_hold_id(inp.fabric, inp.node, inp.rail),
+                BudgetInput(fabric=inp.fabric, scope="rail", su=where, limit=RAIL_NO_LIMIT))
+
+    @activity.defn(name="rail_hold")
+    async def rail_hold(self, inp: RailInput) -> RailResult:
+        """This runbook holds the node's rail fence (idempotent per holder)."""
+        wf_id, start = self._rail(inp)
+        res = await self._grant(wf_id, start, GrantRequest(
+            holder=inp.holder, port_key=f"{inp.node}/{inp.rail}", limit=RAIL_NO_LIMIT))
+        return RailResult(held_by_others=max(0, res.in_use - 1))
+
+    @activity.defn(name="rail_release")
+    async def rail_release(self, inp: RailInput) -> RailResult:
+        """Let go of the rail; ``held_by_others`` > 0 means the fence must stay."""
+        wf_id, start = self._rail(inp)
+        res = await self._release(wf_id, start, inp.holder)
+        return RailResult(held_by_others=res.in_use)

@@ -26,6 +26,14 @@ def fabric_budget_id(fabric: str) -> str:
     return f"budget/{fabric}"
 
 
+def rail_hold_id(fabric: str, node: str, rail: int | None) -> str:
+    """The holders of a node's rail fence (same entity workflow, scope ``rail``, no limit)."""
+    return f"railhold/{fabric}/{node}/{'all' if rail is None else rail}"
+
+
+RAIL_NO_LIMIT = 1_000_000
+
+
 def su_limit(fraction: float, su_ports: int) -> int:
     """Ports an SU may have isolated at once: floor(fraction × ports), at least 1.
 
@@ -51,7 +59,7 @@ class Holder(_Model):
 
 class BudgetInput(_Model):
     fabric: str
-    scope: Literal["su", "fabric"]
+    scope: Literal["su", "fabric", "rail"]
     su: str | None = None
     limit: int = 0
     holders: list[Holder] = Field(default_factory=list)

@@ -52,6 +52,8 @@ class IsolationBudget:
                 or info.get_current_history_length() >= self._inp.max_history_events)
 
     def _name(self) -> str:
+        if self._inp.scope == "rail":
+            return f"rail {self._inp.su}"
         return f"SU {self._inp.su}" if self._inp.scope == "su" else f"fabric {self._inp.fabric}"
 
     @workflow.update

@@ -36,6 +36,7 @@ from workflows.remediation.models import (
     EvidenceItem,
     EvidenceResult,
     PortRef,
+    PortState,
     RecordInput,
     RecordResult,
     RepairInput,
@@ -103,22 +104,28 @@ class FabricActivities:
     @activity.defn(name="capture_evidence")
     async def capture_evidence(self, inp: EvidenceInput) -> EvidenceResult:
         activity.heartbeat("capturing")
+        ends = [inp.port] + ([inp.peer] if inp.peer is not None else [])
+        captured = []
         try:
-            outputs = await self.evidence.capture(inp.port)
+            for end in ends:  # both ends of the cable, the isolated one first
+                captured += [(end, out) for out in await self.evidence.capture(end)]
+                activity.heartbeat(f"captured {end.key}")
         except AdapterRejected as exc:
             raise _rejected(exc) from None
         activity.heartbeat("storing")
         records = []
         items = []
-        for out in outputs:
+        for end, out in captured:
             digest = hashlib.sha256(out.output.encode()).hexdigest()[:12]
+            # the isolated end keeps the id it always had; the peer's names its end
+            suffix = "" if end is inp.port else f"/{end.key}"
             records.append(EvidenceRecord(
-                id=f"{inp.workflow_id}/evidence/{inp.ts}/{out.tool}", ts=event_ts(inp.ts),
-                fabric=inp.port.fabric, source=SOURCE, device=inp.port.device,
-                port=inp.port.port, workflow_id=inp.workflow_id, tool=out.tool,
+                id=f"{inp.workflow_id}/evidence/{inp.ts}/{out.tool}{suffix}", ts=event_ts(inp.ts),
+                fabric=end.fabric, source=SOURCE, device=end.device,
+                port=end.port, workflow_id=inp.workflow_id, tool=out.tool,
                 output=out.output, exit_code=out.exit_code))
             lines = out.output.splitlines()
-            items.append(EvidenceItem(tool=out.tool, exit_code=out.exit_code,
+            items.append(EvidenceItem(tool=out.tool, end=end.key, exit_code=out.exit_code,
                                       bytes=len(out.output.encode()),
                                       excerpt="\n".join(lines[:EXCERPT_LINES]) + (
                                           f"\n[sha256 {digest}]" if len(lines) > EXCERPT_LINES
@@ -147,6 +154,20 @@ class FabricActivities:
             raise _rejected(exc) from None
         return ControlResult(changed=changed, before=before, after=after,
                              detail="isolated" if changed else "was already isolated")
+
+    @activity.defn(name="port_state")
+    async def port_state(self, inp: ControlInput) -> PortState:
+        """The port's real state, read back for a human (never raises: unreadable is None)."""
+        try:
+            isolated = await self.controller.is_isolated(inp.port)
+            by_fn = getattr(self.controller, "isolated_by", None)
+            by = await by_fn(inp.port) if by_fn is not None and isolated else None
+        except Exception as exc:  # noqa: BLE001 - a human needs the answer "unknown" too
+            return PortState(isolated=None, controller=self.controller.name,
+                             detail=f"could not read {inp.port.key}: {exc}"[:500])
+        return PortState(isolated=isolated, controller=self.controller.name, by=by,
+                         detail=f"{inp.port.key} {'isolated' if isolated else 'in service'}"
+                                f" ({self.controller.name})")
 
     @activity.defn(name="unisolate_port")
     async def unisolate_port(self, inp: ControlInput) -> ControlResult:

@@ -20,8 +20,17 @@ class _Model(BaseModel):
 
 
 def remediation_workflow_id(fabric: str, device: str, port: int) -> str:
-    """The one id of a port's runbook: a second detection joins the running one."""
+    """The id of the runbook of a port whose cable peer is unknown."""
     return f"remediate/{fabric}/{device}:{port}"
+
+
+def cable_workflow_id(fabric: str, a: tuple[str, int], b: tuple[str, int] | None) -> str:
+    """The one id of a cable's runbook: ``remediate/{fabric}/{end_a}~{end_b}``, the two
+    ``device:port`` ends sorted, so a detection from either end joins the same runbook."""
+    if b is None:
+        return remediation_workflow_id(fabric, *a)
+    ends = sorted(f"{d}:{p}" for d, p in (a, b))
+    return f"remediate/{fabric}/{ends[0]}~{ends[1]}"
 
 
 class PortRef(_Model):
@@ -54,12 +63,28 @@ class DetectionRef(_Model):
     episode: str
     source: str = "unknown"
     evidence: dict[str, Any] = Field(default_factory=dict)
+    device: str | None = None  # the end it was seen on (a cable has two)
+    port: int | None = None
+
+    @property
+    def end(self) -> str | None:
+        return f"{self.device}:{self.port}" if self.device is not None else None
 
     @classmethod
     def from_detection(cls, det: Detection) -> DetectionRef:
         return cls(id=det.id, ts=det.ts, detection=str(det.detection), severity=str(det.severity),
                    action=str(det.action), episode=det.episode, source=det.source,
-                   evidence=dict(det.evidence))
+                   evidence=dict(det.evidence), device=det.device, port=det.port)
+
+
+class PriorRun(_Model):
+    """A closed runbook of the same cable, carried into the next one (repeat offenders)."""
+
+    run_id: str = ""
+    closed_ts: int  # workflow time of its outcome, epoch ms
+    outcome: str
+    fixed_by: str | None = None
+    episodes: list[str] = Field(default_factory=list)
 
 
 class ActivityTimeouts(_Model):
@@ -78,6 +103,7 @@ class ActivityTimeouts(_Model):
     check: float = 1800.0  # an NCCL all-reduce sweep on a rail takes minutes
     check_heartbeat: float = 120.0
     budget: float = 60.0
+    controller_attempts: int = 20  # then the step goes to a human (needs_human)
 
 
 class RunbookConfig(_Model):
@@ -93,6 +119,9 @@ class RunbookConfig(_Model):
     su_limit: int = 1
     fabric_limit: int = 10
     timeouts: ActivityTimeouts = ActivityTimeouts()
+    repeat_window_s: float = 30 * 86400.0
+    repeat_next_rung_after: int = 2
+    repeat_human_after: int = 3
 
     @classmethod
     def from_policy(cls, policy: Policy, *, fabric: str, detection: str, su_ports: int,
@@ -112,13 +141,21 @@ class RunbookConfig(_Model):
             fabric_limit=fabric_limit(fh.breaker.fabric_fraction, fh.breaker.fabric_min_ports,
                                       fabric_ports),
             timeouts=timeouts or ActivityTimeouts(),
+            repeat_window_s=fh.runbook.repeat_window,
+            repeat_next_rung_after=fh.runbook.repeat_next_rung_after,
+            repeat_human_after=fh.runbook.repeat_human_after,
         )
 
 
 class RemediationInput(_Model):
+    """``port`` is the end the runbook isolates; ``peer`` the cable's other end (None: the
+    peer is unknown, the runbook is the port's alone)."""
+
     port: PortRef
     detection: DetectionRef
     config: RunbookConfig
+    peer: PortRef | None = None
+    prior: list[PriorRun] = Field(default_factory=list)  # this cable's earlier runbooks
 
 
 # --- signals and updates -------------------------------------------------------------------
@@ -129,6 +166,8 @@ class StepDone(_Model):
     step: str
     actor: str
     note: str | None = None
+    new_port: int | None = None  # swap-switch-port: the switch port the cable moved to
+    new_serials: dict[str, str] = Field(default_factory=dict)  # swap rungs: end -> new serial
 
 
 class StepAck(_Model):
@@ -162,13 +201,15 @@ class HistoryEntry(_Model):
 
 class EvidenceItem(_Model):
     tool: str
+    end: str | None = None  # device:port the tool read (None: the isolated end)
     exit_code: int | None = None
     bytes: int = 0
     excerpt: str = ""  # the first lines, for the ticket and the query; the full text is in the ledger
 
 
 State = Literal["running", "awaiting_technician", "awaiting_approval", "waiting_clean_counters",
-                "escalated", "returned_to_service", "aborted", "expired", "shadow_done"]
+                "escalated", "needs_human", "awaiting_handover", "returned_to_service",
+                "aborted", "expired", "shadow_done", "handed_to_human", "ignored"]
 
 
 class RemediationStatus(_Model):
@@ -186,12 +227,25 @@ class RemediationStatus(_Model):
     detections: list[DetectionRef] = Field(default_factory=list)
     history: list[HistoryEntry] = Field(default_factory=list)
     evidence: list[EvidenceItem] = Field(default_factory=list)
+    peer: PortRef | None = None
+    cable: list[str] = Field(default_factory=list)  # the cable's ends, device:port
+    isolated_end: str | None = None  # the end this runbook isolates (or found isolated)
+    owned: bool = False  # fabricwatch changed the port (False: found isolated, or not yet)
+    found_isolated: str | None = None  # who/what had it isolated, as far as the controller says
+    needs_human: str | None = None  # why a human must act now
+    port_state: dict[str, Any] | None = None  # the port's state as last read back
 
 
 class RemediationResult(_Model):
-    outcome: str  # returned_to_service | aborted | expired | shadow_done
+    outcome: str  # returned_to_service | aborted | expired | shadow_done | handed_to_human
     fixed_by: str | None = None  # the ladder rung after which the checks passed
     history: list[HistoryEntry] = Field(default_factory=list)
+    episodes: list[str] = Field(default_factory=list)  # every episode this runbook took in
+    cable: list[str] = Field(default_factory=list)
+    isolated_end: str | None = None
+    closed_ts: int | None = None  # workflow time of the outcome, epoch ms
+    still_isolated: bool = False  # left isolated at the end (a human holds it)
+    prior: list[PriorRun] = Field(default_factory=list)  # the earlier runs it carried
 
 
 # --- activity inputs and outputs -----------------------------------------------------------
@@ -220,6 +274,7 @@ class EvidenceInput(_Model):
     workflow_id: str
     port: PortRef
     ts: int
+    peer: PortRef | None = None  # the cable's other end: its evidence too
 
 
 class EvidenceResult(_Model):
@@ -232,6 +287,28 @@ class ControlInput(_Model):
     workflow_id: str
     port: PortRef
     dry_run: bool = False
+
+
+class PortState(_Model):
+    """A port's state read back from the controller (for a human taking over)."""
+
+    isolated: bool | None  # None: the controller could not be read
+    controller: str = ""
+    by: str | None = None  # who/what isolated it, where the controller says
+    detail: str = ""
+
+
+class RailInput(_Model):
+    """A hold on a node's rail: unfenced only when no open runbook holds it."""
+
+    fabric: str
+    node: str
+    rail: int | None
+    holder: str
+
+
+class RailResult(_Model):
+    held_by_others: int = 0
 
 
 class ControlResult(_Model):

@@ -1,7 +1,10 @@
-"""``PortRemediation``: the durable runbook of one port, from evidence to return to service.
+"""``PortRemediation``: the durable runbook of one cable, from evidence to return to service.
 
-Workflow id ``remediate/{fabric}/{device}:{port}``; a second detection of the port is
-signalled into the running workflow (signal-with-start) instead of starting another.
+Workflow id ``remediate/{fabric}/{end_a}~{end_b}`` (the two ``device:port`` ends sorted;
+``remediate/{fabric}/{device}:{port}`` when the peer is unknown); a detection from either end
+is signalled into the running workflow (signal-with-start) instead of starting another. The
+input's ``port`` is the end it isolates (the switch port of a host link, the leaf end of a
+leaf-spine link: ``isolateEnd`` in the policy), ``peer`` the other end.
 
 1. evidence: perfquery / mlxlink / cable info into the ledger before anything changes;
 2. budget: the SU's and the fabric's ``IsolationBudget`` grant, or the breaker opens: a
@@ -17,6 +20,21 @@ Every step is an ActionRecord in the ledger. An abort at any point rolls back wh
 in the safe order (port back before the budget is released). In shadow mode everything is
 decided and recorded (outcome ``dry_run``) and nothing changes.
 
+Since the ``cable-runbook`` patch (``workflow.patched``: runs started before it replay and
+finish the old way):
+
+* ownership: the port's state is read before isolating; a port found isolated is recorded as
+  found so, counts against the budget, and is returned to service only after a human's
+  approve hands it over; a node's rail is unfenced only when no other open runbook holds it;
+* a step that cannot complete (rejected, retries exhausted) moves the runbook to
+  ``needs_human``: the port's state read back, a page, the budget released only if the port
+  is not isolated; approve retries the step, abort rolls back (and a rollback that fails
+  ends ``handed_to_human``, never a failed workflow);
+* a cable returned to service ``repeatNextRungAfter`` times within ``repeatWindow`` starts at
+  the rung after the one that last fixed it; ``repeatHumanAfter`` times and a human decides
+  before anything is isolated;
+* a new detection on the cable while its repair is checked (or soaked) fails that rung at once.
+
 Deterministic: time is ``workflow.now()``, configuration arrives in the input, every side
 effect is an activity.
 """
@@ -24,6 +42,7 @@ effect is an activity.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, Literal
@@ -48,17 +67,24 @@ with workflow.unsafe.imports_passed_through():
         EvidenceInput,
         EvidenceItem,
         HistoryEntry,
+        PortState,
+        RailInput,
+        RailResult,
         RecordInput,
         RemediationInput,
         RemediationResult,
         RemediationStatus,
         RepairInput,
+        RepairResult,
         StepAck,
         StepDone,
         TicketInput,
     )
 
 Outcome = Literal["done", "refused", "failed", "skipped", "dry_run"]
+
+# The one patch of the cable runbook (issue 18's behaviour); see the module docstring.
+CABLE_PATCH = "cable-runbook"
 
 # Retry policies, by what a failure means:
 # - ledger writes and budget calls: transient (ledger busy, server restarting); retry for
@@ -115,12 +141,26 @@ class PortRemediation:
         self._ticket: str | None = None
         self._granted = False
         self._seq = 0
+        self._v2 = False  # the cable-runbook patch applies (set first thing in run)
+        self._peer = inp.peer
+        self._owned = False  # fabricwatch changed the port (False: found isolated)
+        self._found: str | None = None
+        self._needs: str | None = None
+        self._port_state: dict[str, Any] | None = None
+        self._rail_held = False
+        self._start_rung = 0
+        self._rolling_back = False
+        self._left_isolated = False
+        self._serials: dict[str, str] = {}
+        self._prior_episodes = {e for r in inp.prior for e in r.episodes}
 
     # --- signals, updates, queries ------------------------------------------------------
 
     @workflow.signal
     def detection(self, det: DetectionRef) -> None:
-        """A further detection of this port joins the running runbook."""
+        """A further detection of this cable (either end) joins the running runbook."""
+        if det.episode in self._prior_episodes:
+            return  # an episode an earlier runbook of the cable already took care of
         if all(d.id != det.id for d in self._detections):
             self._detections.append(det)
             self._unrecorded.append(det)
@@ -164,7 +204,13 @@ class PortRemediation:
             state=self._state, waiting_for=self._waiting_for, rung=self._rung,
             shadow=self._dry, isolated=self._isolated, fenced=self._fenced,
             ticket=self._ticket, budget_held=self._granted, detections=list(self._detections),
-            history=list(self._history), evidence=list(self._evidence))
+            history=list(self._history), evidence=list(self._evidence), peer=self._peer,
+            cable=self._cable(), isolated_end=self._port.key, owned=self._owned,
+            found_isolated=self._found, needs_human=self._needs, port_state=self._port_state)
+
+    def _cable(self) -> list[str]:
+        ends = [self._port.key] + ([self._peer.key] if self._peer is not None else [])
+        return sorted(ends)
 
     @workflow.query
     def current_step(self) -> str:
@@ -235,34 +281,130 @@ class PortRemediation:
                 return False
 
     async def _control(self, method: Any, step: str) -> ControlResult:
-        result: ControlResult = await workflow.execute_activity_method(
-            method, ControlInput(workflow_id=workflow.info().workflow_id, port=self._port,
-                                 dry_run=self._dry),
-            start_to_close_timeout=_s(self._cfg.timeouts.controller),
-            heartbeat_timeout=(_s(self._cfg.timeouts.controller_heartbeat)
-                               if self._cfg.timeouts.controller_heartbeat else None),
-            retry_policy=CONTROLLER)
-        return result
+        async def once() -> ControlResult:
+            result: ControlResult = await workflow.execute_activity_method(
+                method, ControlInput(workflow_id=workflow.info().workflow_id, port=self._port,
+                                     dry_run=self._dry),
+                start_to_close_timeout=_s(self._cfg.timeouts.controller),
+                heartbeat_timeout=(_s(self._cfg.timeouts.controller_heartbeat)
+                                   if self._cfg.timeouts.controller_heartbeat else None),
+                retry_policy=self._controller_retry())
+            return result
+        done: ControlResult = await self._guarded(step, once)
+        return done
+
+    def _controller_retry(self) -> RetryPolicy:
+        attempts = self._cfg.timeouts.controller_attempts
+        if attempts == CONTROLLER.maximum_attempts:
+            return CONTROLLER
+        return dataclasses.replace(CONTROLLER, maximum_attempts=attempts)
+
+    async def _guarded(self, step: str, call: Callable[[], Any]) -> Any:
+        """Run a step; one that cannot complete goes to a human (approve: try again)."""
+        while True:
+            try:
+                return await call()
+            except ActivityError as exc:
+                if not self._v2 or self._rolling_back:
+                    raise
+                await self._needs_human(step, str(exc.cause or exc)[:500])
+
+    async def _read_state(self) -> PortState:
+        state: PortState = await workflow.execute_activity_method(
+            FabricActivities.port_state,
+            ControlInput(workflow_id=workflow.info().workflow_id, port=self._port),
+            start_to_close_timeout=_s(self._cfg.timeouts.controller), retry_policy=FEW)
+        self._port_state = state.model_dump(mode="json")
+        return state
+
+    async def _release_budget(self, note: str) -> None:
+        await workflow.execute_activity_method(
+            BudgetActivities.release,
+            ReleaseInput(fabric=self._port.fabric, su=self._port.su,
+                         holder=workflow.info().workflow_id),
+            start_to_close_timeout=_s(self._cfg.timeouts.budget), retry_policy=FOREVER)
+        self._granted = False
+        await self._record("budget", "done", note=note)
+
+    async def _account(self, state: PortState) -> None:
+        """The budget, truthfully: a port not isolated holds no slot; isolated (or unreadable:
+        fail closed) keeps it."""
+        if state.isolated is False:
+            self._isolated = False
+            if self._granted:
+                await self._release_budget("released: the port is not isolated")
+
+    async def _needs_human(self, step: str, why: str) -> None:
+        """Stop, read the port back, account the budget, page, and wait: approve tries the
+        step again, abort rolls back."""
+        self._step = f"needs_human:{step}"
+        self._needs = f"{step}: {why}"
+        state = await self._read_state()
+        if state.isolated and step == "isolate":
+            # it was in service before this runbook tried: the isolation is ours
+            self._isolated, self._owned = True, True
+        await self._record(step, "failed", note=f"needs a human: {why}"[:500],
+                           after=state.model_dump(mode="json"))
+        await self._account(state)
+        # the state says "needs_human" once the port is read and the budget accounted
+        self._state = "needs_human"
+        self._waiting_for = "approve"
+        self._approval = None
+        await self._ticket_op("page", f"{self._cable_name()}: {step} could not complete; a human "
+                                      f"must act (port {state.detail or 'state unknown'})",
+                              {**self._ticket_details(), "failed_step": step, "why": why,
+                               "port_state": state.model_dump(mode="json"),
+                               "approve": "retries the step", "abort": "rolls back"})
+        await self._wait(lambda: self._approval is not None, None)
+        self._waiting_for = None
+        approval = self._approval
+        assert approval is not None  # noqa: S101 - _wait(None) returns only when set
+        self._approval = None
+        self._needs = None
+        self._state = "running"
+        await self._record("approve", "done", actor=approval.actor,
+                           note=f"retry {step}" + (f": {approval.note}" if approval.note else ""))
+        if step == "isolate" and not self._granted and not self._dry:
+            grant = await self._acquire(approval.actor)
+            self._granted = True
+            await self._record("budget", "done", actor=approval.actor,
+                               note=f"granted again for the retry: {grant.reason}")
+
+    def _cable_name(self) -> str:
+        return " ~ ".join(self._cable())
 
     async def _ticket_op(self, op: Literal["open", "update", "close", "page"], summary: str,
                          details: dict[str, Any] | None = None) -> str | None:
-        res = await workflow.execute_activity_method(
-            FabricActivities.ticket,
-            TicketInput(workflow_id=workflow.info().workflow_id, port=self._port, op=op,
-                        summary=summary, details=details or {}, dry_run=self._dry),
-            start_to_close_timeout=_s(self._cfg.timeouts.ticket), retry_policy=TICKET)
+        try:
+            res = await workflow.execute_activity_method(
+                FabricActivities.ticket,
+                TicketInput(workflow_id=workflow.info().workflow_id, port=self._port, op=op,
+                            summary=summary, details=details or {}, dry_run=self._dry),
+                start_to_close_timeout=_s(self._cfg.timeouts.ticket), retry_policy=TICKET)
+        except ActivityError as exc:
+            if not self._v2:
+                raise
+            # a ticket system that refuses must not stop isolation or a return to service
+            await self._record(f"ticket:{op}", "failed", note=str(exc.cause or exc)[:500])
+            return None
         return res.ticket_id
 
     # --- the runbook ---------------------------------------------------------------------
 
     @workflow.run
     async def run(self, inp: RemediationInput) -> RemediationResult:
+        self._v2 = workflow.patched(CABLE_PATCH)
         await self._record("detection", "done", note=(
             f"{inp.detection.detection} ({inp.detection.severity}) {inp.detection.id}; "
-            f"runbook {'in shadow mode' if self._dry else 'started'}"))
+            f"runbook {'in shadow mode' if self._dry else 'started'}"
+            + (f"; cable {self._cable_name()}, isolating {self._port.key}"
+               if self._v2 and self._peer is not None else "")))
         try:
             await self._capture_evidence()
             self._check_abort()
+            if self._v2:
+                await self._repeat_offender()
+                self._check_abort()
             if not await self._acquire_budget():
                 return await self._finish("shadow_done" if self._dry else "expired")
             self._check_abort()
@@ -276,8 +418,7 @@ class PortRemediation:
             await self._return_to_service(fixed_by)
             return await self._finish("returned_to_service", fixed_by)
         except _Aborted as aborted:
-            await self._rollback(aborted.request)
-            return await self._finish("aborted")
+            return await self._finish(await self._rollback(aborted.request))
         except asyncio.CancelledError:
             # A cancel from Temporal (UI, `temporal workflow cancel`) must not leave the
             # port isolated and the budget held: roll back like an abort, then end cancelled.
@@ -291,7 +432,49 @@ class PortRemediation:
         await self._flush_joined()
         await self._record("outcome", "done", note=outcome + (f" after {fixed_by}"
                                                               if fixed_by else ""))
-        return RemediationResult(outcome=outcome, fixed_by=fixed_by, history=list(self._history))
+        episodes = list(dict.fromkeys(d.episode for d in self._detections))
+        return RemediationResult(outcome=outcome, fixed_by=fixed_by, history=list(self._history),
+                                 episodes=episodes, cable=self._cable(),
+                                 isolated_end=self._port.key, closed_ts=self._now_ms(),
+                                 still_isolated=self._isolated, prior=list(self._inp.prior))
+
+    async def _repeat_offender(self) -> None:
+        """A cable that keeps coming back: start further down the ladder, or ask a human."""
+        now = self._now_ms()
+        window_ms = int(self._cfg.repeat_window_s * 1000)
+        returns = [r for r in self._inp.prior if r.outcome == "returned_to_service"
+                   and now - r.closed_ts <= window_ms]
+        n = len(returns)
+        ladder = self._cfg.ladder
+        if n < self._cfg.repeat_next_rung_after:
+            return
+        last = returns[-1].fixed_by
+        self._start_rung = min(ladder.index(last) + 1 if last in ladder else len(ladder) - 1,
+                               len(ladder) - 1)
+        days = self._cfg.repeat_window_s / 86400
+        await self._record("history", "done", note=(
+            f"returned to service {n} time(s) in {days:.0f} d (last fixed by {last}); "
+            f"starts at {ladder[self._start_rung]}"))
+        if n < self._cfg.repeat_human_after or self._dry:
+            return
+        self._step = "repeat_offender"
+        self._state = "needs_human"
+        self._waiting_for = "approve"
+        self._approval = None
+        self._needs = (f"returned to service {n} times in {days:.0f} d; a human decides "
+                       f"before it is isolated and re-admitted again")
+        await self._ticket_op("page", f"{self._cable_name()}: {self._needs}",
+                              {**self._ticket_details(), "approve": "isolate and repair again",
+                               "abort": "leave it to a human"})
+        await self._record("repeat_offender", "done", note=self._needs)
+        await self._wait(lambda: self._approval is not None, None)
+        self._waiting_for = None
+        approval = self._approval
+        assert approval is not None  # noqa: S101 - _wait(None) returns only when set
+        self._approval = None
+        self._needs = None
+        self._state = "running"
+        await self._record("approve", "done", actor=approval.actor, note=approval.note)
 
     async def _capture_evidence(self) -> None:
         self._step = "evidence"
@@ -299,7 +482,7 @@ class PortRemediation:
             res = await workflow.execute_activity_method(
                 FabricActivities.capture_evidence,
                 EvidenceInput(workflow_id=workflow.info().workflow_id, port=self._port,
-                              ts=self._now_ms()),
+                              ts=self._now_ms(), peer=self._peer if self._v2 else None),
                 start_to_close_timeout=_s(self._cfg.timeouts.evidence),
                 heartbeat_timeout=_s(self._cfg.timeouts.evidence_heartbeat), retry_policy=FEW)
         except ActivityError as exc:
@@ -370,23 +553,65 @@ class PortRemediation:
 
     async def _isolate(self) -> None:
         self._step = "isolate"
-        res = await self._control(FabricActivities.isolate_port, "isolate")
-        self._isolated = not self._dry
-        await self._record("isolate", "done", note=res.detail, before=res.before,
-                           after=res.after)
+        if self._v2 and not self._dry:
+            # Read first, durably: a retry after a crash that finds the port isolated is this
+            # runbook's own isolation; a port isolated before we acted is someone else's.
+            before = await self._read_state()
+            if before.isolated:
+                self._isolated, self._owned = True, False
+                self._found = before.by or f"isolated before fabricwatch acted ({before.controller})"
+                await self._record("isolate", "skipped", note=(
+                    f"found already isolated ({self._found}); counted, and not returned to "
+                    f"service without a human's approve"), before=before.model_dump(mode="json"))
+            else:
+                res = await self._control(FabricActivities.isolate_port, "isolate")
+                if not self._isolated:  # (needs_human may have found it isolated already)
+                    self._isolated, self._owned = True, True
+                await self._record("isolate", "done", note=res.detail, before=res.before,
+                                   after=res.after)
+        else:
+            res = await self._control(FabricActivities.isolate_port, "isolate")
+            self._isolated = not self._dry
+            self._owned = self._isolated
+            await self._record("isolate", "done", note=res.detail, before=res.before,
+                               after=res.after)
         self._step = "fence"
         fence = await self._control(FabricActivities.fence_node, "fence")
+        if self._v2 and not self._dry and not fence.skipped and self._port.node is not None:
+            # this runbook holds the rail: another runbook's return leaves the fence alone
+            await self._rail(BudgetActivities.rail_hold)
+            self._rail_held = True
         # `node is not None` keeps histories from before `skipped` existed replaying the same
         self._fenced = not self._dry and self._port.node is not None and not fence.skipped
         await self._record("fence", "skipped" if fence.skipped else "done", note=fence.detail,
                            after=fence.after)
 
+    async def _rail(self, method: Any) -> RailResult:
+        assert self._port.node is not None  # noqa: S101 - callers check
+        res: RailResult = await workflow.execute_activity_method(
+            method, RailInput(fabric=self._port.fabric, node=self._port.node,
+                              rail=self._port.rail, holder=workflow.info().workflow_id),
+            start_to_close_timeout=_s(self._cfg.timeouts.budget), retry_policy=FOREVER)
+        return res
+
     def _ticket_details(self) -> dict[str, Any]:
         p = self._port
+        ends = [p] + ([self._peer] if self._peer is not None else [])
+        last = self._inp.prior[-1] if self._inp.prior else None
         return {
             "cable": {"a": f"{p.device}:{p.port}",
                       "b": f"{p.peer_device}:{p.peer_port}" if p.peer_device else None},
+            "isolated_end": p.key, "found_isolated": self._found,
+            "ends": [{"end": e.key, "device": e.device, "port": e.port, "guid": e.guid,
+                      "lid": e.lid, "node": e.node, "rail": e.rail, "su": e.su,
+                      "serial": self._serials.get(e.key)} for e in ends],
             "su": p.su, "rail": p.rail, "node": p.node,
+            # the error-rate history: every detection on either end, with its evidence
+            "ber_history": [{"ts": d.ts, "end": d.end, "detection": d.detection,
+                             "evidence": d.evidence} for d in self._detections],
+            "last_change": None if last is None else {
+                "ts": last.closed_ts, "outcome": last.outcome, "fixed_by": last.fixed_by},
+            "prior_runs": [r.model_dump(mode="json") for r in self._inp.prior],
             "detections": [d.model_dump(mode="json") for d in self._detections],
             "evidence": [e.model_dump(mode="json") for e in self._evidence],
             "ladder": list(self._cfg.ladder),
@@ -395,9 +620,13 @@ class PortRemediation:
     async def _open_ticket(self) -> None:
         self._step = "ticket"
         det = self._inp.detection
+        what = (f"found isolated ({self._found})" if self._found
+                else f"{self._port.key} isolated")
+        where = (f"cable {self._cable_name()}" if self._v2 and self._peer is not None
+                 else self._port.key)
         self._ticket = await self._ticket_op(
-            "open", f"{det.detection} on {self._port.key} ({self._port.fabric}, SU "
-                    f"{self._port.su}, rail {self._port.rail}): port isolated",
+            "open", f"{det.detection} on {where} ({self._port.fabric}, SU "
+                    f"{self._port.su}, rail {self._port.rail}): {what}",
             self._ticket_details())
         await self._record("ticket", "done", note=self._ticket)
 
@@ -442,19 +671,31 @@ class PortRemediation:
         """Walk the ladder until the checks pass; returns the rung that fixed the port."""
         ladder = self._cfg.ladder
         for index, rung in enumerate(ladder):
+            if index < self._start_rung:
+                continue  # a repeat offender: this rung has already been tried on the cable
             self._rung = rung
             self._step = f"ladder:{rung}"
             self._state = "awaiting_technician"
             done = await self._await_step(rung)
             self._state = "running"
-            repair = await workflow.execute_activity_method(
-                FabricActivities.repair_step,
-                RepairInput(workflow_id=workflow.info().workflow_id, port=self._port, rung=rung,
-                            rung_index=index),
-                start_to_close_timeout=_s(self._cfg.timeouts.controller),
-                retry_policy=CONTROLLER)
+
+            async def repair_call(rung: str = rung, index: int = index) -> RepairResult:
+                res: RepairResult = await workflow.execute_activity_method(
+                    FabricActivities.repair_step,
+                    RepairInput(workflow_id=workflow.info().workflow_id, port=self._port,
+                                rung=rung, rung_index=index),
+                    start_to_close_timeout=_s(self._cfg.timeouts.controller),
+                    retry_policy=self._controller_retry())
+                return res
+            repair = await self._guarded(f"ladder:{rung}", repair_call)
+            after: dict[str, Any] = {"controller_says_fixed": repair.fixed}
+            if done.new_port is not None:  # swap-switch-port: where the cable went
+                after["new_port"] = done.new_port
+            if done.new_serials:  # swap rungs: the new optics / cable
+                after["new_serials"] = dict(done.new_serials)
+                self._serials.update(done.new_serials)
             await self._record(f"ladder:{rung}", "done", actor=done.actor, note=done.note,
-                               after={"controller_says_fixed": repair.fixed})
+                               after=after)
             self._check_abort()
             if await self._checks():
                 return rung
@@ -490,17 +731,27 @@ class PortRemediation:
     async def _checks(self) -> bool:
         """The return-to-service checks, in policy order; False at the first failure."""
         wid = workflow.info().workflow_id
+        mark = len(self._detections)
+
+        def reflapped() -> bool:
+            return self._v2 and len(self._detections) > mark
+
         for check in self._cfg.checks:
             self._check_abort()
             self._step = f"check:{check}"
+            if reflapped():
+                return await self._reflap(check, mark)
             since = self._now_ms()
             if check.startswith("counters-clean"):
                 await self._control(FabricActivities.reset_counters, "reset")
                 since = self._now_ms()
                 self._state = "waiting_clean_counters"
-                # A durable timer: survives worker and server restarts; abort cuts it short.
-                await self._wait(lambda: False, self._cfg.clean_counters_wait_s)
+                # A durable timer: survives worker and server restarts; abort cuts it short,
+                # and so does a new detection on the cable (the repair did not hold).
+                await self._wait(reflapped, self._cfg.clean_counters_wait_s)
                 self._state = "running"
+                if reflapped():
+                    return await self._reflap(check, mark)
             try:
                 res: CheckResult = await workflow.execute_activity_method(
                     FabricActivities.run_check,
@@ -513,7 +764,19 @@ class PortRemediation:
                                note=res.detail, after=res.measured or None)
             if not res.passed:
                 return False
+            if reflapped():
+                return await self._reflap(check, mark)
         return True
+
+    async def _reflap(self, check: str, mark: int) -> bool:
+        """A detection on the cable while its repair was checked: the rung failed."""
+        await self._flush_joined()
+        det = self._detections[mark]
+        await self._record(f"check:{check}", "failed", note=(
+            f"re-flap: {det.detection} {det.id} on {det.end or self._port.key} during "
+            f"{check}; the rung failed"), after={"detection": det.id, "episode": det.episode,
+                                                "end": det.end})
+        return False
 
     async def _return_to_service(self, fixed_by: str) -> None:
         self._step = "return"
@@ -521,37 +784,89 @@ class PortRemediation:
         await self._undo(note=f"fixed by {fixed_by}")
         await self._record("return", "done", note=f"returned to service after {fixed_by}")
 
+    async def _handover(self) -> None:
+        """A port found isolated goes back to service only when a human hands it over."""
+        self._step = "handover"
+        self._state = "awaiting_handover"
+        self._waiting_for = "approve"
+        self._approval = None
+        await self._ticket_op("page", f"{self._port.key} was found isolated ({self._found}); "
+                                      f"fabricwatch returns it to service only on approve",
+                              {**self._ticket_details(), "approve": "hand it over: un-isolate",
+                               "abort": "leave it isolated"})
+        await self._wait(lambda: self._approval is not None, None)
+        self._waiting_for = None
+        approval = self._approval
+        assert approval is not None  # noqa: S101 - _wait(None) returns only when set
+        self._approval = None
+        self._state = "running"
+        self._owned = True
+        await self._record("approve", "done", actor=approval.actor,
+                           note="handed over: fabricwatch may return the port to service"
+                                + (f" ({approval.note})" if approval.note else ""))
+
     async def _undo(self, note: str) -> None:
         """Un-isolate, unfence, close the ticket, release the budget: in that order, so the
-        budget is never freed while the port is still out."""
-        if self._isolated:
+        budget is never freed while the port is still out. A port fabricwatch did not isolate
+        stays isolated (with its fence and its budget slot) unless a human hands it over."""
+        if self._isolated and self._v2 and not self._owned:
+            if not self._rolling_back:
+                await self._handover()
+            if not self._owned:
+                self._left_isolated = True
+                await self._record("unisolate", "skipped", note=(
+                    f"found isolated ({self._found}); left isolated for a human"))
+        if self._isolated and (self._owned or not self._v2):
             res = await self._control(FabricActivities.unisolate_port, "unisolate")
             self._isolated = False
             await self._record("unisolate", "done", note=res.detail, before=res.before,
                                after=res.after)
-        if self._fenced:
-            res = await self._control(FabricActivities.unfence_node, "unfence")
-            self._fenced = False
-            await self._record("unfence", "done", note=res.detail)
+        if (self._fenced or self._rail_held) and not self._left_isolated:
+            others = 0
+            if self._rail_held:
+                others = (await self._rail(BudgetActivities.rail_release)).held_by_others
+                self._rail_held = False
+            if not self._fenced:
+                pass
+            elif others:
+                self._fenced = False
+                await self._record("unfence", "skipped", note=(
+                    f"rail {self._port.rail} of {self._port.node} is held by {others} other "
+                    f"open runbook(s); left fenced"))
+            else:
+                res = await self._control(FabricActivities.unfence_node, "unfence")
+                self._fenced = False
+                await self._record("unfence", "done", note=res.detail)
         if self._ticket is not None:
             await self._ticket_op("close", f"{self._port.key}: {note}")
             await self._record("ticket", "done", note=f"closed: {note}")
-        if self._granted:
-            await workflow.execute_activity_method(
-                BudgetActivities.release,
-                ReleaseInput(fabric=self._port.fabric, su=self._port.su,
-                             holder=workflow.info().workflow_id),
-                start_to_close_timeout=_s(self._cfg.timeouts.budget), retry_policy=FOREVER)
-            self._granted = False
-            await self._record("budget", "done", note="released")
+        if self._granted and not self._left_isolated:
+            await self._release_budget("released")
 
-    async def _rollback(self, req: AbortRequest) -> None:
+    async def _rollback(self, req: AbortRequest) -> str:
+        """Undo what was done; the outcome (``handed_to_human`` when the rollback itself could
+        not complete: the port read back, the budget accounted, a human paged)."""
         self._step = "abort"
         self._waiting_for = None
+        self._needs = None
+        self._rolling_back = True
         await self._record("abort", "done", actor=req.actor, note=req.reason)
         try:
             await self._undo(note=f"aborted by {req.actor}")
         except ActivityError as exc:
-            # The port could not be returned: say so loudly, keep the budget held.
-            await self._record("abort", "failed", note=f"rollback incomplete: {exc.cause}")
-            raise ApplicationError(f"rollback of {self._port.key} incomplete") from exc
+            if not self._v2:
+                # The port could not be returned: say so loudly, keep the budget held.
+                await self._record("abort", "failed", note=f"rollback incomplete: {exc.cause}")
+                raise ApplicationError(f"rollback of {self._port.key} incomplete") from exc
+            why = str(exc.cause or exc)[:500]
+            state = await self._read_state()
+            self._needs = f"rollback incomplete: {why}"
+            await self._record("abort", "failed", note=self._needs,
+                               after=state.model_dump(mode="json"))
+            await self._account(state)
+            await self._ticket_op("page", f"{self._cable_name()}: rollback incomplete; a human "
+                                          f"holds it now ({state.detail})",
+                                  {**self._ticket_details(), "why": why,
+                                   "port_state": state.model_dump(mode="json")})
+            return "handed_to_human"
+        return "aborted"

@@ -55,7 +55,7 @@ from workflows.adapters.records import MemorySink
 from workflows.adapters.ticket import LogTicketing
 from workflows.adapters.tools import CommandChecker
 from workflows.budget.activities import BudgetActivities
-from workflows.dispatch import Dispatcher
+from workflows.dispatch import Dispatcher, runbook_id
 from workflows.inventory import Inventory
 from workflows.remediation.activities import FabricActivities
 from workflows.remediation.models import ActivityTimeouts, StepDone
@@ -178,8 +178,9 @@ async def test_flap_in_ibsim_is_isolated_by_the_runbook_and_returned(
         # (node0002/mlx5_0:1) flapped too and has its own detection, but its LID is reached
         # through this very port, so once this port is disabled its runbook can only wait.
         assert await dispatcher.handle(flaps[0])
+        # one runbook per cable: the id names both ends (the switch end is isolated)
         handle = client.get_workflow_handle_for(
-            PortRemediation.run, f"remediate/{fabric}/{device}:{port}")
+            PortRemediation.run, runbook_id(dispatcher.runbook_input(flaps[0])))
         first_rung = policy.fabric_health.repair_ladder[0]
         deadline = time.monotonic() + 60
         while True:

@@ -59,7 +59,8 @@ async def test_detected_isolated_repaired_returned_with_the_ledger(
     client = wf_env.client
     fabric = f"e2e{uuid.uuid4().hex[:6]}"
     device, port = "leaf-su01-r1", 3
-    wf_id = f"remediate/{fabric}/{device}:{port}"
+    # the cable's runbook: leaf-su01-r1:3 is cabled to node0002/mlx5_1:1
+    wf_id = f"remediate/{fabric}/{device}:{port}~node0002/mlx5_1:1"
     sim = SimController(tmp_path / "sim", fix_chance={"clean-and-reseat": 1.0})
     adapter = SimControllerAdapter(sim, tmp_path / "sim")
     acts = FabricActivities(records=LedgerSink(ledger), controller=adapter,
@@ -119,8 +120,10 @@ async def test_detected_isolated_repaired_returned_with_the_ledger(
                      "unisolate", "return", "outcome"):
         assert expected in steps, (expected, steps)
     assert {r["actor"] for r in rows if r["step"] == "ladder:clean-and-reseat"} == {"tech-hal"}
-    evidence = ledger.query("SELECT tool, output FROM evidence FINAL WHERE workflow_id = "
-                            "{w:String}", {"w": wf_id})
-    assert [e["tool"] for e in evidence] == ["sim_port_state"]
+    evidence = ledger.query("SELECT tool, device, port FROM evidence FINAL WHERE workflow_id = "
+                            "{w:String} ORDER BY device", {"w": wf_id})
+    # from both ends of the cable
+    assert [(e["tool"], e["device"], e["port"]) for e in evidence] == [
+        ("sim_port_state", "leaf-su01-r1", 3), ("sim_port_state", "node0002/mlx5_1", 1)]
     # only the isolate_port detection started a runbook
     assert not sim.is_isolated("leaf-su01-r0", 1)

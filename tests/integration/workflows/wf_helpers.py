@@ -16,6 +16,7 @@ from typing import Any
 
 from aiohttp import web
 
+from workflows.adapters.base import AdapterError, AdapterRejected
 from workflows.adapters.k8s import NoFencer
 from workflows.adapters.records import MemorySink
 from workflows.adapters.sim import SimChecker, SimControllerAdapter, SimEvidence
@@ -60,7 +61,36 @@ class FileFabric:
         return [r for r in rows if (op is None or r["op"] == op)
                 and (key is None or r["key"] == key)]
 
+    def fail(self, **ops: str) -> None:
+        """op -> "reject" (AdapterRejected: for good) or "error" (AdapterError: retried)."""
+        (self.dir / "fail.json").write_text(json.dumps(ops))
+
+    def _maybe_fail(self, op: str, device: str, port: int) -> None:
+        path = self.dir / "fail.json"
+        mode = json.loads(path.read_text()).get(op) if path.exists() else None
+        if mode is None:
+            return
+        self._log(f"{op}-{mode}", device, port)
+        if mode == "reject":
+            raise AdapterRejected(f"{op} {device}:{port}: refused by the controller")
+        raise AdapterError(f"{op} {device}:{port}: controller unavailable")
+
+    def isolate_by_other(self, device: str, port: int, by: str) -> None:
+        """Someone else (UFM's port-health plugin, a human) isolated the port."""
+        data = self._load()
+        data["isolated"].append(f"{device}:{port}")
+        data.setdefault("by", {})[f"{device}:{port}"] = by
+        self._save(data)
+
+    def isolated_by(self, device: str, port: int) -> str | None:
+        by: str | None = self._load().get("by", {}).get(f"{device}:{port}")
+        return by
+
+    def isolated_ports(self) -> list[str]:
+        return sorted(self._load()["isolated"])
+
     def isolate(self, device: str, port: int) -> None:
+        self._maybe_fail("isolate", device, port)
         data = self._load()
         key = f"{device}:{port}"
         if key not in data["isolated"]:
@@ -75,6 +105,7 @@ class FileFabric:
             time.sleep(3600)  # the test kills the worker process here
 
     def unisolate(self, device: str, port: int) -> None:
+        self._maybe_fail("unisolate", device, port)
         data = self._load()
         key = f"{device}:{port}"
         if key in data["isolated"]:
@@ -83,6 +114,7 @@ class FileFabric:
         self._log("unisolate", device, port)
 
     def reset_counters(self, device: str, port: int) -> None:
+        self._maybe_fail("reset_counters", device, port)
         self._log("reset_counters", device, port)
 
     def repair_step(self, device: str, port: int, rung: str) -> bool:

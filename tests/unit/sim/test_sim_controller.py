@@ -93,3 +93,21 @@ def test_corrupt_state_is_reported(tmp_path: Path) -> None:
         SimController(tmp_path).is_isolated("x", 1)
     with pytest.raises(ControllerError, match="between|0..1"):
         SimController(tmp_path / "c", fix_chance={"x": 2.0})
+
+
+def test_command_log_and_who_isolated(tmp_path: Path) -> None:
+    c = SimController(tmp_path)
+    assert c.isolate("leaf-su01-r1", 3) and not c.isolate("leaf-su01-r1", 3)
+    assert c.isolate("leaf-su01-r1", 4, by="ufm port-health")
+    assert c.isolated_by("leaf-su01-r1", 4) == "ufm port-health"
+    assert c.isolated_by("leaf-su01-r1", 3) is None and c.isolated_by("x", 1) is None
+    assert c.unisolate("leaf-su01-r1", 3) and not c.unisolate("leaf-su01-r1", 3)
+    c.reset_counters("leaf-su01-r1", 4)
+    # another process's controller on the same folder reads the same log
+    log = SimController(tmp_path).commands()
+    assert [(r["op"], r["key"], r.get("changed")) for r in log] == [
+        ("isolate", "leaf-su01-r1:3", True), ("isolate", "leaf-su01-r1:3", False),
+        ("isolate", "leaf-su01-r1:4", True), ("unisolate", "leaf-su01-r1:3", True),
+        ("unisolate", "leaf-su01-r1:3", False), ("reset_counters", "leaf-su01-r1:4", None)]
+    assert [r["key"] for r in c.commands("unisolate")] == ["leaf-su01-r1:3"] * 2
+    assert log[2]["by"] == "ufm port-health"

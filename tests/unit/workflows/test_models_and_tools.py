@@ -119,3 +119,83 @@ async def test_command_checker_runs_templates() -> None:
     assert (await checker.run("unconfigured", port, 0)).passed
     with pytest.raises(AdapterRejected):
         await checker.run("echo", port.model_copy(update={"device": "x;y"}), 0)
+
+
+# --- the cable -------------------------------------------------------------------------------
+
+_dev = st.from_regex(r"[a-z][a-z0-9-]{0,12}(/mlx5_[0-9])?", fullmatch=True)
+_end = st.tuples(_dev, st.integers(0, 1024))
+
+
+@given(_end, _end, st.text(alphabet="abcdef0123456789", min_size=1, max_size=8))
+def test_cable_id_is_the_same_from_either_end(a: tuple[str, int], b: tuple[str, int],
+                                              fabric: str) -> None:
+    from workflows.remediation.models import cable_workflow_id
+
+    one, other = cable_workflow_id(fabric, a, b), cable_workflow_id(fabric, b, a)
+    assert one == other
+    ends = one.removeprefix(f"remediate/{fabric}/").split("~")
+    assert ends == sorted([f"{a[0]}:{a[1]}", f"{b[0]}:{b[1]}"])
+
+
+def test_cable_id_of_a_port_without_peer() -> None:
+    from workflows.remediation.models import cable_workflow_id
+
+    assert cable_workflow_id("lab", ("leaf-su01-r1", 3), None) == "remediate/lab/leaf-su01-r1:3"
+    assert cable_workflow_id("lab", ("node0001/mlx5_1", 1), ("leaf-su01-r1", 3)) == (
+        "remediate/lab/leaf-su01-r1:3~node0001/mlx5_1:1")
+
+
+def test_inventory_cable_isolates_the_switch_end_and_the_leaf_end() -> None:
+    from schemas.policy import IsolateEnd
+
+    inv = Inventory()
+    inv.load(topo())
+    for seen in (("node0002/mlx5_1", 1), ("leaf-su01-r1", 3)):
+        port, peer = inv.cable("lab", *seen)
+        assert port.key == "leaf-su01-r1:3" and peer is not None
+        assert peer.key == "node0002/mlx5_1:1"
+        assert port.guid == "0x248a0703002e628e" and port.node == "node0002"
+    host, _ = inv.cable("lab", "leaf-su01-r1", 3, IsolateEnd(host_link="host"))
+    assert host.key == "node0002/mlx5_1:1"
+    leaf, spine = inv.cable("lab", "spine-01", 2)
+    assert leaf.key == "leaf-su01-r1:40" and spine is not None and spine.key == "spine-01:2"
+    upper, _ = inv.cable("lab", "leaf-su01-r1", 40, IsolateEnd(switch_link="upper"))
+    assert upper.key == "spine-01:2"
+    alone, none = inv.cable("lab", "leaf-su09-r1", 1)
+    assert alone.key == "leaf-su09-r1:1" and none is None
+
+
+def test_isolate_end_from_policy() -> None:
+    policy = Policy.from_yaml("fabricHealth: {isolateEnd: {hostLink: host, switchLink: upper},"
+                              " runbook: {repeatWindow: 7d, repeatHumanAfter: 4}}")
+    assert policy.fabric_health.isolate_end.host_link == "host"
+    cfg = RunbookConfig.from_policy(policy, fabric="lab", detection="flap", su_ports=10,
+                                    fabric_ports=10)
+    assert cfg.repeat_window_s == 7 * 86400 and cfg.repeat_human_after == 4
+    assert cfg.repeat_next_rung_after == 2
+
+
+# --- reconcile -----------------------------------------------------------------------------
+
+def test_reconcile_reports_every_difference() -> None:
+    from workflows.reconcile import Budget, OpenRunbook, compare
+
+    runs = [OpenRunbook("remediate/f/a:1~h:1", "a:1", "su01", isolated=True, budget_held=True),
+            OpenRunbook("remediate/f/b:1", "b:1", "su01", isolated=True, budget_held=True)]
+    budgets = [Budget("budget/f/su01", "su", "su01", {"remediate/f/a:1~h:1": "a:1",
+                                                      "remediate/f/gone": "c:1",
+                                                      "remediate/f/held": "d:1"}),
+               Budget("budget/f", "fabric", None, {"remediate/f/a:1~h:1": "a:1",
+                                                   "remediate/f/b:1": "b:1"}),
+               Budget("railhold/f/n/1", "rail", "n/1", {"remediate/f/zzz": "n/1"})]
+    diffs = compare(runs, budgets, {"a:1", "d:1", "e:1"})
+    kinds = sorted((d.kind, d.runbook or d.port) for d in diffs)
+    assert kinds == [("closed_hold", "remediate/f/held"),
+                     ("missing_grant", "remediate/f/b:1"),
+                     ("not_isolated", "remediate/f/b:1"),
+                     ("stale_grant", "remediate/f/gone"),
+                     ("untracked_isolation", "e:1")]
+    # without the controller's set nothing is called stale: the check did not run
+    blind = compare(runs, budgets, None)
+    assert {d.kind for d in blind} == {"unverified_grant", "missing_grant"}

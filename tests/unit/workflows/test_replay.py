@@ -1,5 +1,8 @@
 """Replay the committed histories (tests/histories/*.json) against today's workflow code.
 
+The ``remediation_*`` histories predate the ``cable-runbook`` patch (``workflow.patched``):
+they replay down the old branch; the ``cable_*`` ones take the new.
+
 A change to ``PortRemediation`` or ``IsolationBudget`` that would break a running workflow
 (a different sequence of commands for the same history) fails here. The Replayer needs no
 server: this is a unit test. A second test proves the check bites: a workflow that skips
@@ -8,6 +11,8 @@ the evidence step replays as a nondeterminism error.
 
 from __future__ import annotations
 
+import base64
+import json
 from pathlib import Path
 
 import pytest
@@ -32,8 +37,30 @@ def load(path: Path) -> WorkflowHistory:
 
 def test_histories_exist() -> None:
     names = {p.stem for p in FILES}
+    # recorded before the cable-runbook patch (kept: running runbooks of that time replay)
     assert {"remediation_ladder", "remediation_breaker_approve_abort", "remediation_shadow",
             "budget_su"} <= names
+    # recorded with it
+    assert {"cable_ladder_reflap", "cable_needs_human", "cable_found_isolated"} <= names
+
+
+def _patches(path: Path) -> set[str]:
+    events = json.loads(path.read_text())["events"]
+    found = set()
+    for e in events:
+        attrs = e.get("markerRecordedEventAttributes") or {}
+        if attrs.get("markerName") == "core_patch":
+            payload = attrs["details"]["patch-data"]["payloads"][0]["data"]
+            found.add(json.loads(base64.b64decode(payload))["id"])
+    return found
+
+
+def test_the_cable_histories_took_the_patch() -> None:
+    from workflows.remediation.workflows import CABLE_PATCH
+
+    for name in ("cable_ladder_reflap", "cable_needs_human", "cable_found_isolated"):
+        assert _patches(HISTORIES / f"{name}.json") == {CABLE_PATCH}
+    assert _patches(HISTORIES / "remediation_ladder.json") == set()
 
 
 @pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
