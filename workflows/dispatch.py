@@ -36,10 +36,11 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureEr
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
-from schemas import ContractError, decode
+from schemas import ContractError
+from schemas.acceptance import TimeBounds, accept
 from schemas.events import Action, Detection, Topology
 from schemas.policy import Policy
-from schemas.topics import DETECTIONS, TOPOLOGY
+from schemas.topics import DETECTIONS, TOPOLOGY, Topic
 from workflows.inventory import Inventory
 from workflows.remediation.models import (
     ActivityTimeouts,
@@ -125,6 +126,7 @@ class Dispatcher:
         self.inventory = inventory
         self.task_queue = task_queue
         self.timeouts = timeouts
+        self.bounds = TimeBounds.from_policy(policy)
         self.stats = DispatchStats()
 
     def runbook_input(self, det: Detection) -> RemediationInput:
@@ -160,9 +162,12 @@ class Dispatcher:
         self.stats.dispatched += 1
         return True
 
-    async def handle_raw(self, raw: bytes) -> bool:
+    async def handle_raw(self, raw: bytes, topic: Topic = DETECTIONS,
+                         received_ms: int | None = None) -> bool:
+        """One message of ``topic``, taken through the same acceptance as the stream worker
+        and the ledger (``schemas.acceptance``): what they refuse starts nothing here."""
         try:
-            event = decode(raw)
+            event = accept(topic, raw, received_ms=received_ms, bounds=self.bounds)
         except ContractError as exc:
             # The stream processors dead-letter bad messages; here they are only skipped.
             self.stats.invalid += 1
@@ -214,7 +219,7 @@ async def run_dispatcher(dispatcher: Dispatcher, bootstrap: str, *,
             batches = await consumer.getmany(timeout_ms=500, max_records=500)
             for _tp, messages in batches.items():
                 for msg in messages:
-                    await _until_accepted(dispatcher, msg.value, stop)
+                    await _until_accepted(dispatcher, msg.value, msg.timestamp, stop)
             if (batches or lookback.placed) and not stop.is_set():
                 # after Temporal accepted every start/signal of the batch: at-least-once.
                 # Also right after a new group was placed, so a partition that stays quiet
@@ -255,7 +260,8 @@ class _LookbackForNewGroup(ConsumerRebalanceListener):  # type: ignore[misc]
                  self.lookback_ms // 1000)
 
 
-async def _until_accepted(dispatcher: Dispatcher, raw: bytes, stop: asyncio.Event) -> None:
+async def _until_accepted(dispatcher: Dispatcher, raw: bytes, received_ms: int | None,
+                          stop: asyncio.Event) -> None:
     """Dispatch one message, retrying while Temporal is unreachable (a server restart must not
     stop the dispatcher, nor skip a detection: the offset is committed only after this)."""
     from temporalio.service import RPCError
@@ -263,7 +269,7 @@ async def _until_accepted(dispatcher: Dispatcher, raw: bytes, stop: asyncio.Even
     delay = 0.5
     while not stop.is_set():
         try:
-            await dispatcher.handle_raw(raw)
+            await dispatcher.handle_raw(raw, DETECTIONS, received_ms)
             return
         except RPCError as exc:
             log.warning("Temporal refused a start (%s); retrying in %.1f s", exc.message, delay)
@@ -295,7 +301,7 @@ async def _follow_topology(dispatcher: Dispatcher, bootstrap: str, stop: asyncio
             batches = await consumer.getmany(timeout_ms=1000)
             for _tp, messages in batches.items():
                 for msg in messages:
-                    await dispatcher.handle_raw(msg.value)
+                    await dispatcher.handle_raw(msg.value, TOPOLOGY, msg.timestamp)
             if not caught_up.is_set():
                 positions = {tp: await consumer.position(tp) for tp in tps}
                 if all(positions[tp] >= ends[tp] for tp in tps):

@@ -1,0 +1,43 @@
+"""The dispatcher takes messages through the same acceptance as the worker and the ledger:
+a detection on the wrong topic, or stamped far ahead of its arrival, starts nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from schemas import Detection, encode
+from schemas.policy import Policy
+from schemas.topics import DETECTIONS, TOPOLOGY
+from workflows.dispatch import Dispatcher
+from workflows.inventory import Inventory
+
+NOW = 1_795_971_600_000
+
+
+class NoTemporal:
+    """Any call to Temporal fails the test: a refused message must not reach it."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"the dispatcher called Temporal ({name}) for a refused message")
+
+
+def _dispatcher() -> Dispatcher:
+    return Dispatcher(NoTemporal(), Policy(), Inventory(), task_queue="q")  # type: ignore[arg-type]
+
+
+def _detection(ts: int) -> bytes:
+    return encode(Detection(id=f"d{ts}", ts=ts, fabric="f", source="streams",
+                            device="leaf-su01-r1", port=3, detection="flap",
+                            severity="critical", action="isolate_port", episode=f"e{ts}"))
+
+
+async def test_a_detection_on_the_topology_topic_starts_nothing() -> None:
+    disp = _dispatcher()
+    assert not await disp.handle_raw(_detection(NOW), TOPOLOGY, NOW)
+    assert disp.stats.invalid == 1 and disp.stats.dispatched == 0
+
+
+async def test_a_detection_stamped_a_day_ahead_of_its_arrival_starts_nothing() -> None:
+    disp = _dispatcher()
+    assert not await disp.handle_raw(_detection(NOW + 23 * 3600_000), DETECTIONS, NOW)
+    assert disp.stats.invalid == 1 and disp.stats.dispatched == 0
