@@ -193,8 +193,31 @@ async def build_activities(settings: Settings, opts: WiringOptions, stack: Async
         from workflows.adapters.ticket import LogTicketing
 
         ticketing = LogTicketing()
+    from workflows.adapters.jobs import LedgerJobs
+
+    def connect_jobs_ledger() -> Any:
+        # the ledger this process opened, else a server or a running owner's endpoint (never
+        # the embedded folder: another process owns it)
+        if ledger is not None:
+            return ledger
+        from ledger.http import advertised_endpoint, endpoint_client
+
+        if settings.clickhouse_url:
+            from ledger.server import ServerLedger
+
+            handle: Any = ServerLedger(settings.clickhouse_url,
+                                       password=settings.clickhouse_password())
+        else:
+            url = advertised_endpoint(settings.state_dir, other_process=True)
+            if url is None:
+                return None
+            handle = endpoint_client(url, settings)
+        stack.callback(handle.close)
+        return handle
+
     return FabricActivities(records=records, controller=controller, evidence=evidence,
-                            checker=checker, fencer=fencer, ticketing=ticketing)
+                            checker=checker, fencer=fencer, ticketing=ticketing,
+                            jobs=LedgerJobs(connect_jobs_ledger))
 
 
 async def _records(settings: Settings, opts: WiringOptions, stack: AsyncExitStack

@@ -103,3 +103,11 @@ class RecordSink(Protocol):
     """Where runbook records go: the ledger (directly, or through ``fabric.actions``)."""
 
     async def write(self, events: Sequence[ActionRecord | EvidenceRecord | Detection]) -> int: ...
+
+
+class JobLookup(Protocol):
+    """The running jobs whose traffic crosses a cable (``workflows.adapters.jobs``)."""
+
+    async def touching(self, fabric: str, device: str, port: int, at_ms: int
+                       ) -> dict[str, Any]: ...
+

@@ -21,6 +21,7 @@ from workflows.adapters.base import (
     Checker,
     Controller,
     EvidenceSource,
+    JobLookup,
     NodeFencer,
     RecordSink,
     Ticketing,
@@ -73,8 +74,10 @@ class FabricActivities:
     """Activities of ``PortRemediation``; one instance per worker, clients injected."""
 
     def __init__(self, *, records: RecordSink, controller: Controller, evidence: EvidenceSource,
-                 checker: Checker, fencer: NodeFencer, ticketing: Ticketing) -> None:
+                 checker: Checker, fencer: NodeFencer, ticketing: Ticketing,
+                 jobs: JobLookup | None = None) -> None:
         self.records = records
+        self.jobs = jobs
         self.controller = controller
         self.evidence = evidence
         self.checker = checker
@@ -256,6 +259,13 @@ class FabricActivities:
         if inp.dry_run:
             return TicketResult(ticket_id=None, detail=f"would {inp.op}: {inp.summary}")
         details = {"port": inp.port.model_dump(mode="json"), **inp.details}
+        if inp.op in ("open", "page"):
+            # what the cable carries now: the jobs a technician's work or the isolation touch
+            details["jobs_touched"] = (
+                await self.jobs.touching(inp.port.fabric, inp.port.device, inp.port.port,
+                                         int(time.time() * 1000))
+                if self.jobs is not None
+                else {"not_looked_up": "no job lookup is configured for this worker"})
         try:
             fn = {"open": self.ticketing.open, "update": self.ticketing.update,
                   "close": self.ticketing.close, "page": self.ticketing.page}[inp.op]

@@ -175,3 +175,45 @@ def test_link_jobs_cli(state: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert code == 0 and "B" in out and "1 running job(s)" in out
     code, out = _cli(state, monkeypatch, "link", "jobs", "nosuch:3")
     assert code == 2 and "not cabled" in out
+
+
+class _Tickets:
+    """A ticket system that keeps what each call was given."""
+
+    def __init__(self) -> None:
+        self.details: dict[str, dict[str, Any]] = {}
+
+    async def open(self, key: str, summary: str, details: dict[str, Any]) -> str:
+        self.details["open"] = details
+        return key
+
+    update = close = page = open
+
+
+async def test_a_runbook_ticket_names_the_jobs_its_cable_carries(state: Path) -> None:
+    from workflows.adapters.jobs import LedgerJobs
+    from workflows.remediation.activities import FabricActivities
+    from workflows.remediation.models import PortRef, TicketInput
+
+    ledger = EmbeddedLedger(state / "ledger")
+    try:
+        def activities(jobs: Any) -> tuple[FabricActivities, _Tickets]:
+            tickets = _Tickets()
+            acts = FabricActivities(records=None, controller=None, evidence=None,  # type: ignore[arg-type]
+                                    checker=None, fencer=None, ticketing=tickets, jobs=jobs)
+            return acts, tickets
+
+        inp = TicketInput(workflow_id="remediate/two/x", op="open", summary="flap",
+                          port=PortRef(fabric=FABRIC, device=UPLINK[0], port=UPLINK[1]))
+        acts, tickets = activities(LedgerJobs(lambda: ledger))
+        await acts.ticket(inp)
+        assert [j["job"] for j in tickets.details["open"]["jobs_touched"]["jobs"]] == ["A"]
+        # nothing to look jobs up in: the ticket says so, it does not claim "no jobs"
+        acts, tickets = activities(LedgerJobs(lambda: None))
+        await acts.ticket(inp)
+        assert "no ledger reachable" in tickets.details["open"]["jobs_touched"]["not_looked_up"]
+        acts, tickets = activities(None)
+        await acts.ticket(inp)
+        assert "not_looked_up" in tickets.details["open"]["jobs_touched"]
+    finally:
+        ledger.close()
