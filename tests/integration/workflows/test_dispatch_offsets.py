@@ -1,6 +1,10 @@
 """Where the dispatcher starts reading ``fabric.detections``: a brand-new consumer group
 looks back only ``new_group_lookback_ms`` (broker record time), a group with committed
-offsets resumes exactly where it stopped."""
+offsets resumes exactly where it stopped.
+
+The contract topics take the broker's receive time (LogAppendTime), so a record cannot be
+made to look old by its producer: the test shortens the look-back to a few seconds and
+lets real time pass instead."""
 
 from __future__ import annotations
 
@@ -34,17 +38,25 @@ async def exists(client: Client, wf_id: str) -> bool:
         return False
 
 
-async def send(bootstrap: str, fabric: str, port: int, *, age_ms: int) -> str:
-    det = detection(fabric, "leaf-su01-r1", port, f"{fabric}-p{port}-{age_ms}",
-                    Action.ISOLATE_PORT)
+LOOKBACK_MS = 4_000
+
+
+async def send(bootstrap: str, fabric: str, port: int) -> str:
+    det = detection(fabric, "leaf-su01-r1", port, f"{fabric}-p{port}", Action.ISOLATE_PORT)
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
     await producer.start()
     try:
-        await producer.send_and_wait(DETECTIONS.name, encode(det), key=det.key.encode(),
-                                     timestamp_ms=int(time.time() * 1000) - age_ms)
+        # a forged old CreateTime, which the broker replaces with its own receive time
+        record = await producer.send_and_wait(DETECTIONS.name, encode(det), key=det.key.encode(),
+                                              timestamp_ms=int(time.time() * 1000) - 7_200_000)
+        assert abs(record.timestamp - time.time() * 1000) < 60_000, "LogAppendTime"
     finally:
         await producer.stop()
     return remediation_workflow_id(fabric, det.device, port)
+
+
+async def age_past_the_lookback() -> None:
+    await asyncio.sleep(LOOKBACK_MS / 1000 + 2)
 
 
 async def run_for(client: Client, bootstrap: str, group: str, task_queue: str,
@@ -53,7 +65,8 @@ async def run_for(client: Client, bootstrap: str, group: str, task_queue: str,
     dispatcher = Dispatcher(client, Policy(), Inventory(), task_queue=task_queue)
     stop = asyncio.Event()
     task = asyncio.create_task(run_dispatcher(dispatcher, bootstrap, group_id=group,
-                                              stop=stop, topology_wait_s=5))
+                                              stop=stop, topology_wait_s=5,
+                                              new_group_lookback_ms=LOOKBACK_MS))
     try:
         for _ in range(120):
             if all([await exists(client, i) for i in until_ids]):
@@ -72,15 +85,17 @@ async def test_new_group_looks_back_and_old_group_resumes(
     group = f"g-{fabric}"
     started: list[str] = []
     try:
-        stale = await send(kafka_bootstrap, fabric, 1, age_ms=2 * 3600_000)
-        recent = await send(kafka_bootstrap, fabric, 2, age_ms=60_000)
+        stale = await send(kafka_bootstrap, fabric, 1)
+        await age_past_the_lookback()
+        recent = await send(kafka_bootstrap, fabric, 2)
         await run_for(client, kafka_bootstrap, group, task_queue, [recent])
         started += [recent]
         assert await exists(client, recent)
-        assert not await exists(client, stale)  # two hours old: before the lookback
+        assert not await exists(client, stale)  # received before the lookback
         # The group now has committed offsets: a detection sent while it was stopped,
-        # even one stamped long ago, is read when it comes back.
-        late = await send(kafka_bootstrap, fabric, 3, age_ms=3 * 3600_000)
+        # however long ago, is read when it comes back.
+        late = await send(kafka_bootstrap, fabric, 3)
+        await age_past_the_lookback()
         await run_for(client, kafka_bootstrap, group, task_queue, [late])
         started += [late]
         assert await exists(client, late)
