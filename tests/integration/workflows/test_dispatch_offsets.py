@@ -60,9 +60,9 @@ async def age_past_the_lookback() -> None:
 
 
 async def run_for(client: Client, bootstrap: str, group: str, task_queue: str,
-                  until_ids: list[str]) -> None:
+                  until_ids: list[str], fabric: str) -> None:
     """Run the dispatcher until every id in ``until_ids`` exists (or 60 s), then stop it."""
-    dispatcher = Dispatcher(client, Policy(), Inventory(), task_queue=task_queue)
+    dispatcher = Dispatcher(client, Policy(), Inventory(), task_queue=task_queue, fabric=fabric)
     stop = asyncio.Event()
     task = asyncio.create_task(run_dispatcher(dispatcher, bootstrap, group_id=group,
                                               stop=stop, topology_wait_s=5,
@@ -88,7 +88,7 @@ async def test_new_group_looks_back_and_old_group_resumes(
         stale = await send(kafka_bootstrap, fabric, 1)
         await age_past_the_lookback()
         recent = await send(kafka_bootstrap, fabric, 2)
-        await run_for(client, kafka_bootstrap, group, task_queue, [recent])
+        await run_for(client, kafka_bootstrap, group, task_queue, [recent], fabric)
         started += [recent]
         assert await exists(client, recent)
         assert not await exists(client, stale)  # received before the lookback
@@ -96,7 +96,7 @@ async def test_new_group_looks_back_and_old_group_resumes(
         # however long ago, is read when it comes back.
         late = await send(kafka_bootstrap, fabric, 3)
         await age_past_the_lookback()
-        await run_for(client, kafka_bootstrap, group, task_queue, [late])
+        await run_for(client, kafka_bootstrap, group, task_queue, [late], fabric)
         started += [late]
         assert await exists(client, late)
         assert not await exists(client, stale)

@@ -77,7 +77,10 @@ async def test_detected_isolated_repaired_returned_with_the_ledger(
         await pub.send(detection(fabric, device, port, f"{fabric}-d2", Action.ISOLATE_PORT))
         await pub.send(detection(fabric, "leaf-su01-r0", 1, f"{fabric}-d3", Action.TICKET))
     policy = Policy.from_yaml("fabricHealth: {runbook: {cleanCountersWait: 1s}}")
-    dispatcher = Dispatcher(client, policy, Inventory(), task_queue=task_queue, timeouts=FAST)
+    # its own fabric only: the session broker holds other tests' detections for the same
+    # device names, and the simulated controller is one fabric
+    dispatcher = Dispatcher(client, policy, Inventory(), task_queue=task_queue, timeouts=FAST,
+                            fabric=fabric)
     stop = asyncio.Event()
     worker = build_worker(client, task_queue,
                           activity_functions(acts, BudgetActivities(client, task_queue)))
