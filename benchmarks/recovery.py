@@ -18,7 +18,6 @@ import asyncio
 import os
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,7 +31,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._machine import save_and_print  # noqa: E402
-from benchmarks.streams_bench import FABRICWATCH, broker  # noqa: E402
+from benchmarks.streams_bench import WorkerProc, broker  # noqa: E402
 from schemas import PortEvent, encode  # noqa: E402
 
 MODES = {
@@ -41,15 +40,6 @@ MODES = {
                        "FABRICWATCH_STREAMS__SESSION_TIMEOUT_S": "60",
                        "FABRICWATCH_STREAMS__HEARTBEAT_INTERVAL_S": "3"},
 }
-
-
-def start_worker(bootstrap: str, state: Path, app_id: str, extra: dict[str, str],
-                 log: Path) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "FABRICWATCH_STATE_DIR": str(state),
-           "FABRICWATCH_KAFKA__BOOTSTRAP": bootstrap, **extra}
-    out = log.open("ab")
-    return subprocess.Popen([FABRICWATCH, "worker", "--no-ledger", "--app-id", app_id],
-                            stdout=out, stderr=subprocess.STDOUT, env=env)
 
 
 async def flap(producer: AIOKafkaProducer, device: str, tag: str) -> None:
@@ -74,29 +64,24 @@ async def wait_detection(consumer: AIOKafkaConsumer, device: str, deadline_s: fl
 
 async def one_round(bootstrap: str, state: Path, mode: str, n: int) -> float:
     app_id = f"fw-recovery-{mode}-{n}-{uuid.uuid4().hex[:6]}"
-    log = state / f"{app_id}.log"
     consumer = AIOKafkaConsumer("fabric.detections", bootstrap_servers=bootstrap,
                                 auto_offset_reset="latest", group_id=None)
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=0)
     await consumer.start()
     await producer.start()
     try:
-        proc = start_worker(bootstrap, state, app_id, MODES[mode], log)
+        worker = WorkerProc(bootstrap, state, app_id, ledger=False, extra_env=MODES[mode])
         warm = f"warm-{app_id}"
         await flap(producer, warm, warm)
         await wait_detection(consumer, warm, 180)  # the worker is up and has its partitions
         killed = time.monotonic()
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(30)
-        proc = start_worker(bootstrap, state, app_id, MODES[mode], log)
+        worker.proc.send_signal(signal.SIGKILL)
+        worker.proc.wait(30)
+        worker = WorkerProc(bootstrap, state, app_id, ledger=False, extra_env=MODES[mode])
         after = f"after-{app_id}"
         await flap(producer, after, after)
         seen = await wait_detection(consumer, after, 240)
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        worker.stop()
         return seen - killed
     finally:
         await producer.stop()

@@ -136,10 +136,10 @@ async def bare_throughput(bootstrap: str, total: int) -> tuple[float, int]:
 
 class WorkerProc:
     def __init__(self, bootstrap: str, state: Path, app_id: str, ledger: bool,
-                 workers: int = 1) -> None:
+                 workers: int = 1, extra_env: dict[str, str] | None = None) -> None:
         self.log = state / f"{app_id}.log"
         env = {**os.environ, "FABRICWATCH_STATE_DIR": str(state),
-               "FABRICWATCH_KAFKA__BOOTSTRAP": bootstrap}
+               "FABRICWATCH_KAFKA__BOOTSTRAP": bootstrap, **(extra_env or {})}
         args = [FABRICWATCH, "worker", "--app-id", app_id, "--loglevel", "info",
                 "--workers", str(workers)]
         args.append("--ledger" if ledger else "--no-ledger")
