@@ -451,6 +451,98 @@ class JobPlacement(Envelope):
         return self.job
 
 
+MAX_INCIDENT_MEMBERS = 65_536
+
+
+class IncidentCause(StrEnum):
+    """Why many detections are one event. Wire values are fixed forever: add, never rename."""
+
+    SWITCH_REBOOT = "switch_reboot"  # many ports of one switch down within seconds (or power)
+    NODE_REBOOT = "node_reboot"  # every rail of one host down together
+    SM_EVENT = "sm_event"  # master SM change, heavy-sweep storm, SM-reported subnet error
+    MAINTENANCE = "maintenance"  # a maintenance window or exclusion in scope
+    BREAKER = "breaker"  # an SU's isolation budget refused: stop and page, not per port
+
+
+class Incident(Envelope):
+    """One root cause and the ports it took with it (``fabric.incidents``, key ``fabric``).
+
+    The stream's correlator publishes an incident when it opens (``state="open"``), again when
+    its members change (``"update"``, the whole member list each time) and when its cause has
+    cleared and stayed clear for the policy's settle time (``"closed"``, with ``ended``). The
+    latest message of an ``incident`` id (by ``ts``) is its state now. ``members`` are port
+    keys (``device:port``); a detection of a member while the incident is open carries
+    ``incident: <id>`` and starts no port runbook.
+    """
+
+    kind: Literal["incident"] = "incident"
+    incident: Annotated[str, Field(min_length=1, max_length=512)]
+    cause: IncidentCause
+    root: Device  # the switch, the host, the SM's node, or the window's scope
+    state: Literal["open", "update", "closed"]
+    started: NonNegInt  # epoch ms of the first member's event
+    ended: NonNegInt | None = None
+    members: Annotated[list[Annotated[str, Field(min_length=1, max_length=512)]],
+                       Field(max_length=MAX_INCIDENT_MEMBERS)] = Field(default_factory=list)
+    su: Annotated[str, Field(max_length=256)] | None = None
+    reason: Reason | None = None
+    evidence: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("root")
+    @classmethod
+    def _root(cls, value: str) -> str:
+        return check_device(value)
+
+    @model_validator(mode="after")
+    def _times(self) -> Incident:
+        if self.ended is not None and self.ended < self.started:
+            raise FieldError("ended", f"ended {self.ended} is before started {self.started}")
+        if self.state == "closed" and self.ended is None:
+            raise FieldError("ended", "a closed incident says when it ended")
+        return self
+
+    @property
+    def key(self) -> str:
+        return self.fabric
+
+
+class Maintenance(Envelope):
+    """A maintenance window or an exclusion (``fabric.maintenance``, key ``fabric``).
+
+    Scope is one of ``device`` (a switch or host name; a port key ``device:port`` for one
+    port), ``su`` or the whole ``fabric``. Detections in scope between ``start`` and ``end``
+    are recorded with ``maintenance: <window>`` and start nothing. ``state="ended"`` ends a
+    window early; the latest message of a ``window`` id (by ``ts``) is its state now.
+    ``exclusion=True`` marks an exclusion-list entry (a port left alone until its TTL ends).
+    """
+
+    kind: Literal["maintenance"] = "maintenance"
+    window: Annotated[str, Field(min_length=1, max_length=512)]
+    scope: Literal["device", "su", "fabric"]
+    target: Annotated[str, Field(min_length=1, max_length=512)]  # device, device:port, SU, fabric
+    start: NonNegInt
+    end: NonNegInt
+    state: Literal["active", "ended"] = "active"
+    reason: Reason
+    actor: Name
+    exclusion: StrictBool = False
+
+    @field_validator("target")
+    @classmethod
+    def _target(cls, value: str) -> str:
+        return check_device(value)
+
+    @model_validator(mode="after")
+    def _window(self) -> Maintenance:
+        if self.end <= self.start:
+            raise FieldError("end", f"end {self.end} is not after start {self.start}")
+        return self
+
+    @property
+    def key(self) -> str:
+        return self.fabric
+
+
 class DeadLetter(BaseModel):
     """A message that failed validation, kept whole (``fabric.dlq``)."""
 
@@ -469,7 +561,7 @@ class DeadLetter(BaseModel):
 
 AnyEvent = Annotated[
     PortEvent | Counters | Probe | Topology | Detection | ActionRecord | EvidenceRecord
-    | JobPlacement,
+    | JobPlacement | Incident | Maintenance,
     Field(discriminator="kind"),
 ]
 EVENT_MODELS: dict[str, type[Envelope]] = {
@@ -481,10 +573,12 @@ EVENT_MODELS: dict[str, type[Envelope]] = {
     "action": ActionRecord,
     "evidence": EvidenceRecord,
     "job": JobPlacement,
+    "incident": Incident,
+    "maintenance": Maintenance,
 }
 EVENT_KINDS = tuple(EVENT_MODELS)
 Event = (PortEvent | Counters | Probe | Topology | Detection | ActionRecord | EvidenceRecord
-         | JobPlacement)
+         | JobPlacement | Incident | Maintenance)
 
 
 def message_key(event: Event) -> str:
@@ -497,4 +591,6 @@ def message_key(event: Event) -> str:
         return event.fabric
     if isinstance(event, JobPlacement):
         return event.job
+    if isinstance(event, Incident | Maintenance):
+        return event.fabric
     return event.key

@@ -26,11 +26,16 @@ ACTIONS = Topic("fabric.actions", "device:port", ("action", "evidence"), 4,
                 "runbook actions and evidence records")
 JOBS = Topic("fabric.jobs", "job", ("job",), 4,
              "job placements (nodes, start, end, GPUs per node) from Slurm, Kubernetes, sim")
+INCIDENTS = Topic("fabric.incidents", "fabric", ("incident",), 1,
+                  "incidents: one root cause (switch or node reboot, SM event, maintenance, "
+                  "breaker) and its member ports")
+MAINTENANCE = Topic("fabric.maintenance", "fabric", ("maintenance",), 1,
+                    "maintenance windows and exclusions, honoured by the worker and by replay")
 DLQ = Topic("fabric.dlq", "source topic", ("dead_letter",), 1,
             "messages that failed validation, with the reason and the raw bytes")
 
 ALL_TOPICS: tuple[Topic, ...] = (PORT_EVENTS, COUNTERS, PROBES, TOPOLOGY, DETECTIONS, ACTIONS,
-                                 JOBS, DLQ)
+                                 JOBS, INCIDENTS, MAINTENANCE, DLQ)
 BY_NAME: dict[str, Topic] = {t.name: t for t in ALL_TOPICS}
 INPUT_TOPICS: tuple[Topic, ...] = (PORT_EVENTS, COUNTERS, PROBES, TOPOLOGY)
 
