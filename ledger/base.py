@@ -24,7 +24,7 @@ from schemas.events import Event
 # Tables in the order a batch is written.
 TABLE_ORDER = ("port_events", "probes", "topology_snapshots", "topology_links",
                "device_location", "detections", "actions", "evidence", "job_placements",
-               "dead_letters")
+               "incidents", "maintenance_windows", "dead_letters")
 
 
 class LedgerError(RuntimeError):

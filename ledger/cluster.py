@@ -34,6 +34,8 @@ _CREATE_TABLE = re.compile(r"^CREATE TABLE IF NOT EXISTS (\w+)", re.IGNORECASE)
 _CREATE_MV = re.compile(r"^CREATE MATERIALIZED VIEW IF NOT EXISTS (\w+)", re.IGNORECASE)
 _CREATE_VIEW = re.compile(r"^CREATE VIEW IF NOT EXISTS (\w+)", re.IGNORECASE)
 _DROP_VIEW = re.compile(r"^DROP VIEW IF EXISTS (\w+)\s*$", re.IGNORECASE)
+_ADD_COLUMN = re.compile(r"^ALTER TABLE (\w+) (ADD COLUMN IF NOT EXISTS .+)$",
+                         re.IGNORECASE | re.DOTALL)
 _ENGINE = re.compile(r"ENGINE\s*=\s*(\w*)MergeTree(?:\(([^)]*)\))?", re.IGNORECASE)
 _NULL_ENGINE = re.compile(r"ENGINE\s*=\s*Null\b", re.IGNORECASE)
 _COLUMNS = re.compile(r"^\s{4}(\w+)\s", re.MULTILINE)
@@ -99,6 +101,10 @@ def cluster_statements(statements: list[str], tables: set[str] | None = None) ->
             name = m.group(1)
             out.append(sql.replace(f"IF NOT EXISTS {name}",
                                    f"IF NOT EXISTS {name} {ON_CLUSTER}", 1))
+        elif m := _ADD_COLUMN.match(sql):  # the shards' tables, then the Distributed one
+            name, change = m.group(1), m.group(2)
+            out.append(f"ALTER TABLE {name}_local {ON_CLUSTER} {change}")
+            out.append(f"ALTER TABLE {name} {ON_CLUSTER} {change}")
         elif m := _DROP_VIEW.match(sql):  # a view a later migration recreates
             out.append(f"DROP VIEW IF EXISTS {m.group(1)} {ON_CLUSTER} SYNC")
         else:

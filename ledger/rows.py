@@ -25,7 +25,9 @@ from schemas import (
     DeadLetter,
     Detection,
     EvidenceRecord,
+    Incident,
     JobPlacement,
+    Maintenance,
     PortEvent,
     Probe,
     Topology,
@@ -172,7 +174,9 @@ def to_rows(event: Event | DeadLetter) -> list[TableRow]:
                                 "detection": event.detection.value,
                                 "severity": event.severity.value,
                                 "action": event.action.value, "episode": event.episode,
-                                "evidence": _json(event.evidence)})]
+                                "evidence": _json(event.evidence),
+                                "incident": event.incident,
+                                "maintenance": event.maintenance})]
     if isinstance(event, ActionRecord):
         return [("actions", {**common, "device": event.device, "port": event.port,
                              "workflow_id": event.workflow_id, "step": event.step,
@@ -190,4 +194,18 @@ def to_rows(event: Event | DeadLetter) -> list[TableRow]:
                                     "start": None if event.start is None else _sec(event.start),
                                     "end": None if event.end is None else _sec(event.end),
                                     "gpus_per_node": event.gpus_per_node})]
+    if isinstance(event, Incident):
+        return [("incidents", {**common, "incident": event.incident,
+                               "cause": event.cause.value, "root": event.root,
+                               "state": event.state, "started": _sec(event.started),
+                               "ended": None if event.ended is None else _sec(event.ended),
+                               "members": list(event.members), "su": event.su,
+                               "reason": event.reason, "evidence": _json(event.evidence)})]
+    if isinstance(event, Maintenance):
+        return [("maintenance_windows", {**common, "window": event.window,
+                                         "scope": event.scope, "target": event.target,
+                                         "start": _sec(event.start), "end": _sec(event.end),
+                                         "state": event.state, "reason": event.reason,
+                                         "actor": event.actor,
+                                         "exclusion": int(event.exclusion)})]
     raise TypeError(f"no ledger table for {type(event).__name__}")

@@ -372,6 +372,10 @@ class Detection(_PortScoped):
     action: Action
     evidence: dict[str, Any] = Field(default_factory=dict)
     episode: Annotated[str, Field(min_length=1, max_length=512)]
+    # Set when the detection belongs to an open incident / falls in a maintenance window:
+    # it is recorded and starts no port runbook (fabric.incidents, fabric.maintenance).
+    incident: Ident | None = None
+    maintenance: Ident | None = None
 
 
 class ActionRecord(_PortScoped):

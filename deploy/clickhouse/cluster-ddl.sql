@@ -766,3 +766,69 @@ LEFT JOIN
     SELECT fabric, device, min(since) AS since, toUInt8(1) AS open FROM stale_open
     WHERE scope = 'device' GROUP BY fabric, device
 ) AS sd ON sd.fabric = fabric AND sd.device = device;
+
+-- migration 009_incidents
+ALTER TABLE detections_local ON CLUSTER '{cluster}' ADD COLUMN IF NOT EXISTS incident Nullable(String);
+
+ALTER TABLE detections ON CLUSTER '{cluster}' ADD COLUMN IF NOT EXISTS incident Nullable(String);
+
+ALTER TABLE detections_local ON CLUSTER '{cluster}' ADD COLUMN IF NOT EXISTS maintenance Nullable(String);
+
+ALTER TABLE detections ON CLUSTER '{cluster}' ADD COLUMN IF NOT EXISTS maintenance Nullable(String);
+
+CREATE TABLE IF NOT EXISTS incidents_local ON CLUSTER '{cluster}'
+(
+    id       String,
+    ts       DateTime64(3, 'UTC'),
+    fabric   LowCardinality(String),
+    source   LowCardinality(String),
+    incident String,
+    cause    LowCardinality(String),
+    root     String,
+    state    LowCardinality(String),
+    started  DateTime64(3, 'UTC'),
+    ended    Nullable(DateTime64(3, 'UTC')),
+    members  Array(String),
+    su       Nullable(String),
+    reason   Nullable(String),
+    evidence String CODEC(ZSTD(3))
+)
+ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/{database}/incidents_local', '{replica}')
+PARTITION BY toYYYYMM(ts)
+ORDER BY (fabric, incident, ts, id)
+TTL toDateTime(ts) + INTERVAL 400 DAY;
+
+CREATE TABLE IF NOT EXISTS incidents ON CLUSTER '{cluster}' AS incidents_local
+ENGINE = Distributed('{cluster}', currentDatabase(), incidents_local, cityHash64(fabric));
+
+CREATE TABLE IF NOT EXISTS maintenance_windows_local ON CLUSTER '{cluster}'
+(
+    id        String,
+    ts        DateTime64(3, 'UTC'),
+    fabric    LowCardinality(String),
+    source    LowCardinality(String),
+    window    String,
+    scope     LowCardinality(String),
+    target    String,
+    start     DateTime64(3, 'UTC'),
+    end       DateTime64(3, 'UTC'),
+    state     LowCardinality(String),
+    reason    String,
+    actor     String,
+    exclusion UInt8
+)
+ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/{database}/maintenance_windows_local', '{replica}')
+PARTITION BY toYYYYMM(ts)
+ORDER BY (fabric, window, ts, id)
+TTL toDateTime(ts) + INTERVAL 400 DAY;
+
+CREATE TABLE IF NOT EXISTS maintenance_windows ON CLUSTER '{cluster}' AS maintenance_windows_local
+ENGINE = Distributed('{cluster}', currentDatabase(), maintenance_windows_local, cityHash64(fabric));
+
+CREATE VIEW IF NOT EXISTS incidents_current ON CLUSTER '{cluster}' AS
+SELECT fabric, incident,
+       argMax(cause, ts) AS cause, argMax(root, ts) AS root, argMax(state, ts) AS state,
+       min(started) AS started, argMax(ended, ts) AS ended, argMax(members, ts) AS members,
+       argMax(su, ts) AS su, argMax(reason, ts) AS reason, max(ts) AS updated
+FROM incidents FINAL
+GROUP BY fabric, incident;
