@@ -33,7 +33,8 @@ from schemas.events import (
 __all__ = [
     "COUNTER_FIELDS", "GAUGE_FIELDS", "LEGACY_COUNTER_BITS", "Action", "ActionRecord",
     "ContractError", "Counters", "DeadLetter", "Detection", "DetectionKind", "Envelope", "Event",
-    "EvidenceRecord", "Incident", "IncidentCause", "JobPlacement", "Maintenance", "PortEvent", "PortSample", "Probe", "Severity", "Topology",
+    "EvidenceRecord", "Incident", "IncidentCause", "JobPlacement", "Maintenance",
+    "PortEvent", "PortSample", "Probe", "Severity", "Topology",
     "TopologyLink",
     "dead_letter", "decode", "decode_obj", "dumps", "encode", "loads", "message_key", "port_key",
     "ts_to_ms",
