@@ -5,8 +5,8 @@ group, ``fabricwatch-ledger``, feeds it from every topic: port events, counters,
 topology, detections, runbook actions and evidence, job placements, incidents, maintenance
 windows, and dead letters. Offsets are committed only after the batch is in the ledger; a
 crash replays the uncommitted batch, which the ledger absorbs (its writes are idempotent on
-the event id). A message that fails validation is skipped here, never written as data: the stream worker dead-letters it to ``fabric.dlq``,
-and that record arrives here like any other.
+the event id). A message that fails validation is skipped here, never written as data: the
+stream worker dead-letters it to ``fabric.dlq``, and that record arrives here like any other.
 """
 
 from __future__ import annotations
