@@ -206,6 +206,31 @@ class EvidenceItem(_Model):
     bytes: int = 0
     excerpt: str = ""  # the first lines, for the ticket and the query; the full text is in the ledger
 
+    @property
+    def captured(self) -> bool:
+        """The tool ran and its output is evidence (a non-zero exit is still what it said);
+        no exit code means it never ran: not installed on the host, or timed out."""
+        return self.exit_code is not None
+
+
+def evidence_outcome(items: list[EvidenceItem]) -> tuple[Literal["done", "failed"], str]:
+    """The evidence step's outcome and note: ``done`` only when every tool ran, else
+    ``failed``, naming what was not captured and why (never "done" for a missing tool)."""
+    ran = [i for i in items if i.captured]
+    missed = [i for i in items if not i.captured]
+    parts = []
+    if ran:
+        parts.append("captured " + ", ".join(f"{i.tool}={i.exit_code}" for i in ran))
+    if missed:
+        why = "; ".join(f"{i.tool}"
+                        + (f" on {i.end}" if i.end else "")
+                        + f" ({(i.excerpt.splitlines() or ['no output'])[0][:120]})"
+                        for i in missed)
+        parts.append(f"not captured: {why}")
+    if not items:
+        return "failed", "not captured: no evidence tool is configured"
+    return ("failed" if missed else "done"), "; ".join(parts)
+
 
 State = Literal["running", "awaiting_technician", "awaiting_approval", "waiting_clean_counters",
                 "escalated", "needs_human", "awaiting_handover", "returned_to_service",

@@ -79,6 +79,7 @@ with workflow.unsafe.imports_passed_through():
         StepAck,
         StepDone,
         TicketInput,
+        evidence_outcome,
     )
 
 Outcome = Literal["done", "refused", "failed", "skipped", "dry_run"]
@@ -490,10 +491,11 @@ class PortRemediation:
             await self._record("evidence", "failed", note=str(exc.cause or exc)[:500])
             return
         self._evidence = list(res.items)
-        # Evidence is read-only, so it is captured for real even in shadow mode.
-        tools = ", ".join(f"{i.tool}={i.exit_code}" for i in res.items)
-        await self._record("evidence", "done" if not self._dry else "dry_run",
-                           note=f"captured {tools}" if tools else "no tools")
+        # Evidence is read-only, so it is captured for real even in shadow mode. A tool that
+        # did not run (not installed, timed out: no exit code) captured nothing, and the step
+        # says so: "done" only when every tool ran.
+        outcome, note = evidence_outcome(res.items)
+        await self._record("evidence", "dry_run" if self._dry else outcome, note=note)
 
     async def _acquire(self, force_by: str | None) -> GrantResult:
         wid = workflow.info().workflow_id

@@ -199,3 +199,18 @@ def test_reconcile_reports_every_difference() -> None:
     # without the controller's set nothing is called stale: the check did not run
     blind = compare(runs, budgets, None)
     assert {d.kind for d in blind} == {"unverified_grant", "missing_grant"}
+
+
+def test_evidence_is_done_only_when_every_tool_ran() -> None:
+    from workflows.remediation.models import EvidenceItem, evidence_outcome
+
+    ran = EvidenceItem(tool="perfquery", exit_code=0, excerpt="# Port counters")
+    errored = EvidenceItem(tool="mlxlink", exit_code=1, excerpt="-E- device not found")
+    missing = EvidenceItem(tool="cable_info", end="leaf-su01-r3:5", exit_code=None,
+                           excerpt="mlxcables: not installed on this host")
+    assert evidence_outcome([ran, errored]) == ("done", "captured perfquery=0, mlxlink=1")
+    outcome, note = evidence_outcome([ran, missing])
+    assert outcome == "failed"
+    assert note == ("captured perfquery=0; not captured: cable_info on leaf-su01-r3:5 "
+                    "(mlxcables: not installed on this host)")
+    assert evidence_outcome([]) == ("failed", "not captured: no evidence tool is configured")
