@@ -1,4 +1,5 @@
-"""``fabricwatch ledger``: migrate, query (cookbook or SQL), list tables, serve the endpoint.
+"""``fabricwatch ledger``: migrate, query (cookbook or SQL), list tables, serve the endpoint,
+ingest the topics into a server.
 
 Which ledger: ``clickhouse_url`` when set; else, when a worker owns the embedded ledger and
 advertises its HTTP endpoint in the state folder, that endpoint (chdb lets one process
@@ -17,6 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import click
 import orjson
@@ -273,7 +275,41 @@ def serve_command(port: int | None, ingest: bool) -> None:
         ledger.close()
 
 
-async def _ingest(ledger: LedgerBase, bootstrap: str, settings: Settings) -> None:
+@ledger_group.command("ingest")
+@click.option("--group", default="fabricwatch-ledger", show_default=True,
+              help="Consumer group: run several processes in it to share the partitions.")
+def ingest_command(group: str) -> None:
+    """Consume every contract topic into a ClickHouse server (FABRICWATCH_CLICKHOUSE_URL).
+
+    The same consumer as the embedded owner's (`ledger serve --ingest`): batches, written
+    idempotently, offsets committed after the write. Several processes in one group share the
+    partitions; a device's counters stay on one partition, so one writer computes its deltas.
+    """
+    from ledger import open_ledger
+
+    settings = load_settings()
+    if not settings.clickhouse_url:
+        click.echo("error: ledger ingest writes to a ClickHouse server: set "
+                   "FABRICWATCH_CLICKHOUSE_URL (the embedded ledger's one writer is "
+                   "`fabricwatch ledger serve --ingest`)", err=True)
+        raise SystemExit(2)
+    try:
+        ledger = open_ledger(settings)
+    except LedgerError as exc:
+        raise click.ClickException(str(exc)) from None
+    try:
+        where = urlsplit(settings.clickhouse_url)  # host and database only: no credentials
+        click.echo(f"ingesting from {settings.kafka.bootstrap_servers} into "
+                   f"{where.hostname}:{where.port or 8123}{where.path} (group {group})")
+        asyncio.run(_ingest(ledger, settings.kafka.bootstrap_servers, settings, group=group))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        ledger.close()
+
+
+async def _ingest(ledger: LedgerBase, bootstrap: str, settings: Settings, *,
+                  group: str = "fabricwatch-ledger") -> None:
     from ledger.ingest import LedgerIngest
     from schemas.acceptance import TimeBounds
     from schemas.policy import Policy
@@ -288,7 +324,7 @@ async def _ingest(ledger: LedgerBase, bootstrap: str, settings: Settings) -> Non
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    stats = await LedgerIngest(ledger, bootstrap, bounds=bounds).run(stop)
+    stats = await LedgerIngest(ledger, bootstrap, group_id=group, bounds=bounds).run(stop)
     click.echo(f"ingested {stats.messages:,} messages ({stats.rows:,} rows, "
                f"{stats.skipped:,} skipped)")
 

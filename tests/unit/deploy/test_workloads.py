@@ -223,7 +223,7 @@ def test_every_fabricwatch_command_line_parses(overlay: str) -> None:
             args = [re.sub(r"\$\((\w+)\)", lambda m: env[m.group(1)], a) for a in c["args"]]
             ctx = _resolve(main, args)
             seen.add(ctx.command.name)
-    assert seen == {"worker", "runbook-worker", "ibdiags", "opensm"}
+    assert seen == {"worker", "runbook-worker", "ibdiags", "opensm", "ingest"}
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
