@@ -440,8 +440,16 @@ class Demo:
             return None
         ledger = endpoint_client(url, self.settings)
         try:
-            report = build_report(ledger, since_ms=int(self._started_wall * 1000) - 3_600_000,
-                                  until_ms=int(time.time() * 1000) + 60_000,
+            # The window is the run (a resumed run's first events included): binned to an
+            # hour before it, a 3-minute demo had three points per series.
+            looked = int(self._started_wall * 1000) - 3_600_000
+            first = ledger.query(
+                "SELECT toUnixTimestamp64Milli(min(ts)) AS t, count() AS n FROM port_events "
+                "WHERE ts >= fromUnixTimestamp64Milli({since:Int64})", {"since": looked})
+            since = (int(first[0]["t"]) - 10_000 if first and int(first[0]["n"])
+                     else int(self._started_wall * 1000))
+            report = build_report(ledger, since_ms=since,
+                                  until_ms=int(time.time() * 1000) + 10_000,
                                   temporal_ui=f"http://{self.settings.temporal.host}:"
                                               f"{self.settings.temporal.ui_port}/namespaces/"
                                               f"{self.settings.temporal.namespace}/workflows")

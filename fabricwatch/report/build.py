@@ -116,6 +116,9 @@ class EpisodeRow(BaseModel):
     incident: str | None = None
 
 
+SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
+
+
 class CableRow(BaseModel):
     """One cable (or lone port) with its episodes in the window, first seen first."""
 
@@ -131,6 +134,14 @@ class CableRow(BaseModel):
     @property
     def detections(self) -> int:
         return sum(e.n for e in self.episodes)
+
+    @property
+    def worst(self) -> str:
+        return min((e.severity for e in self.episodes), key=lambda s: SEVERITY_RANK.get(s, 9))
+
+    @property
+    def worst_rank(self) -> int:
+        return SEVERITY_RANK.get(self.worst, 9)
 
 
 class RunbookRow(BaseModel):
@@ -383,19 +394,23 @@ def fold_into_incidents(episodes: Sequence[EpisodeRow],
 def group_by_cable(episodes: Sequence[EpisodeRow],
                    peers: dict[tuple[str, str], str | None],
                    decisions: dict[str, str] | None = None) -> list[CableRow]:
-    """One row per cable (both ends' episodes together), first seen first."""
+    """One row per cable (both ends' episodes together): the worst first (critical before
+    warning), then by when it was first seen."""
     cables: dict[str, CableRow] = {}
     for ep in episodes:
         peer = peers.get((ep.fabric, ep.port))
         key = cable_key(ep.fabric, ep.port, peer)
         row = cables.get(key)
         if row is None:
-            row = cables[key] = CableRow(fabric=ep.fabric, cable=cable_of(key),
-                                         runbook=(decisions or {}).get(key))
+            # a runbook started before the peer was known is named by its one port
+            ids = [key] + [f"remediate/{ep.fabric}/{end}" for end in
+                           sorted([ep.port] + ([peer] if peer else []))]
+            found = next((decisions[i] for i in ids if decisions and i in decisions), None)
+            row = cables[key] = CableRow(fabric=ep.fabric, cable=cable_of(key), runbook=found)
         row.episodes.append(ep)
     for row in cables.values():
         row.episodes.sort(key=lambda e: (e.first_ms, e.port))
-    return sorted(cables.values(), key=lambda c: (c.first_ms, c.cable))
+    return sorted(cables.values(), key=lambda c: (c.worst_rank, c.first_ms, c.cable))
 
 
 _WAITING = {"breaker": "breaker: awaiting approval", "escalate": "escalated: a human decides",

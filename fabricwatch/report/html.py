@@ -113,9 +113,6 @@ def _episode_details(ep: EpisodeRow) -> str:
             f"</tr>{rows}</table>{more}</details>")
 
 
-_SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
-
-
 def _cable_kinds(episodes: list[EpisodeRow]) -> dict[str, int]:
     out: dict[str, int] = defaultdict(int)
     for ep in episodes:
@@ -148,13 +145,13 @@ def _in_window(report: Report) -> list[str]:
         parts.append(_none("Incidents"))
     parts.append("<h3>By cable and episode</h3>")
     if report.cables:
-        parts.append("<p class='muted'>One row per cable (its two ends together); open it for "
-                     "its episodes, one row each, and an episode for its detections.</p>")
+        parts.append("<p class='muted'>One row per cable (its two ends together), the worst "
+                     "first; open it for its episodes, one row each, and an episode for its "
+                     "detections.</p>")
         parts.append("<table class='cables'><tr><th>cable</th><th>first seen</th>"
                      "<th>worst</th><th>runbook</th><th>episodes and detections</th></tr>")
         for cable in report.cables:
-            worst = min((ep.severity for ep in cable.episodes),
-                        key=lambda sev: _SEVERITY_RANK.get(sev, 9))
+            worst = cable.worst
             eps = "".join(
                 f"<tr class='episode'><td>{_utc(ep.first_ms)}</td><td>{escape(ep.port)}</td>"
                 f"<td>{escape(ep.detection)}</td><td>{escape(ep.severity)}, "
