@@ -154,12 +154,17 @@ class RunbookRow(BaseModel):
 
     @property
     def decision(self) -> str:
-        """Where the runbook stands: returned, escalated, aborted, refused (breaker), or open.
+        """Where the runbook stands: returned, escalated, aborted, refused (breaker), in
+        probation, or open; of its latest run (a cable's runbook id runs again later).
         A shadow-mode runbook (its actions are dry runs) changed nothing, whatever it
         would have done: it is reported as such."""
         if any(outcome == "dry_run" for _, _, outcome in self.steps):
             return "shadow mode (changed nothing)"
-        for _, step, outcome in reversed(self.steps):
+        for i, (_, step, outcome) in enumerate(reversed(self.steps)):
+            if step == "outcome" and i > 0:
+                break  # an earlier run of the cable ended here: the latest has not decided
+            if step == "probation":
+                return "in probation"
             if step == "return" and outcome in ("done", "dry_run"):
                 return "returned to service"
             if step == "escalate":
