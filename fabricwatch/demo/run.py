@@ -107,6 +107,7 @@ class DemoResult:
     # label -> the simulated jobs running on the links its detections were on (the report's)
     jobs_touched: dict[str, list[str]] = field(default_factory=dict)
     report_html: Path | None = None
+    report: Any = None  # the fabricwatch.report.build.Report it was rendered from
     message: str = ""
 
 
@@ -249,7 +250,7 @@ class Demo:
             if lag:
                 self.console.print(f"[yellow]the ledger is still {lag:,} messages behind; "
                                    "the report shows what it holds[/]")
-            result.report_html = self._report()
+            result.report_html = self._report(result)
             result.jobs_touched = dict(self.jobs_touched)
             return result
         finally:
@@ -428,7 +429,7 @@ class Demo:
 
     # ---- the report -------------------------------------------------------------------
 
-    def _report(self) -> Path | None:
+    def _report(self, result: DemoResult) -> Path | None:
         from fabricwatch.report.build import build_report
         from fabricwatch.report.html import render_html
         from fabricwatch.report.terminal import print_summary
@@ -455,6 +456,7 @@ class Demo:
                                               f"{self.settings.temporal.namespace}/workflows")
         finally:
             ledger.close()
+        result.report = report
         path = self.opts.report_path or self.demo_dir / "report.html"
         path.write_text(render_html(report), encoding="utf-8")
         print_summary(report, self.console)
