@@ -279,12 +279,16 @@ def build_report(ledger: Queryable, *, since_ms: int, until_ms: int,
 
     # what needs a human now
     incidents = [_incident(r) for r in rows("incidents_in_window")]
-    oldest = min([i.started_ms for i in incidents] + [since_ms])
-    pages = ledger.query(queries["pages"], {"since": int(oldest) - 86_400_000})
+    latest = rows("runbook_latest")
+    # the pages of everything listed, however long it has waited
+    oldest = min([i.started_ms for i in incidents] + [since_ms] + [
+        int(r["started_ms"]) for r in latest
+        if waiting_state(str(r["step"]), str(r["outcome"]), _opt(r["note"])) is not None])
+    pages = ledger.query(queries["pages"], {"since": int(oldest)})
     for incident in incidents:
         incident.paged = paged_for_incident(incident, [r for r in pages
                                                        if int(r["ts_ms"]) >= incident.started_ms])
-    report.waiting = waiting_runbooks(rows("runbook_latest"), pages)
+    report.waiting = waiting_runbooks(latest, pages)
     report.probation = [ProbationRow(
         workflow_id=str(r["workflow_id"]), cable=cable_of(str(r["workflow_id"])),
         since_ms=int(r["since_ms"]), note=_opt(r["note"]), checks=int(r["checks"]),
