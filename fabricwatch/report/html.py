@@ -7,7 +7,13 @@ from collections import defaultdict
 from html import escape
 
 from fabricwatch.report.bins import width_label
-from fabricwatch.report.build import LATENCY_CLOCK, EpisodeRow, Report, WaitingRow, runbooks_by_decision
+from fabricwatch.report.build import (
+    LATENCY_CLOCK,
+    EpisodeRow,
+    Report,
+    WaitingRow,
+    runbooks_by_decision,
+)
 from fabricwatch.report.svg import bar_chart, heatmap, line_chart, timelines
 
 _CSS = """
