@@ -17,8 +17,11 @@ JARS := deploy/kafka/libs/.complete
 LAB_PACKAGES := ibsim-utils opensm infiniband-diags
 # The lab tools count as present when this command is on PATH.
 IBSIM ?= ibsim
+# Debian's Chromium: the report's browser test opens the HTML report in it, headless.
+BROWSER_PACKAGES := chromium
+CHROMIUM ?= chromium
 
-.PHONY: setup test lint demo stack-up stack-down stack-status lab-deps clean
+.PHONY: setup test lint demo stack-up stack-down stack-status lab-deps browser-deps clean
 
 ## setup: virtualenv (Python 3.11) with the pinned dependencies, and the Kafka broker's jars
 setup: $(INSTALLED) $(JARS)
@@ -47,13 +50,23 @@ lab-deps:
 	then echo "installed $(LAB_PACKAGES)"; \
 	else echo "WARNING: could not install $(LAB_PACKAGES); the lab tests will be skipped" >&2; fi
 
+## browser-deps: Debian's chromium for the report's headless browser test (root and apt; warns otherwise)
+browser-deps:
+	@if command -v $(CHROMIUM) >/dev/null 2>&1; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ]; then SUDO=""; elif command -v sudo >/dev/null && sudo -n true 2>/dev/null; then SUDO="sudo -n"; \
+	else echo "WARNING: chromium is missing and installing it needs root; the browser test will be skipped" >&2; exit 0; fi; \
+	echo "installing $(BROWSER_PACKAGES)"; \
+	if $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $(BROWSER_PACKAGES) >/dev/null; \
+	then echo "installed $(BROWSER_PACKAGES)"; \
+	else echo "WARNING: could not install $(BROWSER_PACKAGES); the browser test will be skipped" >&2; fi
+
 ## lint: ruff and mypy (strict) over the packages
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
 ## test: the whole suite: lint, types, unit, integration (real Kafka, Temporal, chdb), end to end
-test: setup lab-deps lint
+test: setup lab-deps browser-deps lint
 	# The runbook tests get a broker and Temporal server of their own (a pytest session each):
 	# each new dispatcher group reads the last 15 minutes of fabric.detections, and the other
 	# tests publish thousands of isolating detections within that time.

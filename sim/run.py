@@ -19,6 +19,21 @@ from typing import IO, Protocol
 from sim.telemetry import Message, Simulator, StepOutput
 
 
+def start_ms_for(now_ms: int, interval_ms: int, *, duration_s: float | None = None,
+                 speedup: float = 1.0) -> int:
+    """Where simulated time starts so that no event is stamped after the wall clock.
+
+    A step emits ``(now, now + interval]`` stamped up to its end, and ``run`` sends the first
+    step at once: so in real time the clock starts one interval back, and each step goes out
+    when its interval has passed (started at ``now`` it stamped samples, and the detections
+    taken from them, up to an interval ahead of every other clock, which made detection to
+    isolation negative). Faster than real time with a duration it starts ``duration`` back.
+    """
+    if duration_s is not None and (speedup == 0 or speedup > 1):
+        return now_ms - int(duration_s * 1000)
+    return now_ms - interval_ms
+
+
 class Sink(Protocol):
     async def send(self, messages: Sequence[Message]) -> None: ...
 

@@ -49,15 +49,17 @@ sys.addaudithook(_refuse_paths_beside_the_repository)
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     """In CI (``CI=true``, as ``.ci/run`` runs) a lab test skipped because ibsim, opensm or
-    infiniband-diags could not be installed is a failure: coverage must not vanish quietly.
-    On a developer's machine without root it stays a skip, with the warning from
-    ``make lab-deps``."""
+    infiniband-diags could not be installed, or a browser test without chromium, is a
+    failure: coverage must not vanish quietly. On a developer's machine without root it
+    stays a skip, with the warning from ``make lab-deps`` / ``make browser-deps``."""
     report = yield
-    if (report.skipped and os.environ.get("CI", "").lower() == "true"
-            and item.get_closest_marker("lab") is not None):
+    marker = next((m for m in ("lab", "browser") if item.get_closest_marker(m) is not None),
+                  None)
+    if report.skipped and os.environ.get("CI", "").lower() == "true" and marker is not None:
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         report.outcome = "failed"
-        report.longrepr = f"lab test skipped in CI, where the lab tools must be installed: {reason}"
+        report.longrepr = (f"{marker} test skipped in CI, where its tools must be installed: "
+                           f"{reason}")
     return report
 
 _PORT_TRIES = 3  # a port found free can be taken by another process before the service binds it

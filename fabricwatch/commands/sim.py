@@ -128,7 +128,7 @@ def run_cmd(preset: str, interval: str, files: tuple[Path, ...], specs: tuple[st
     from collectors.errors import ParseError
     from collectors.jobs import expand_hostlist
     from sim.jobs import place_jobs, placements
-    from sim.run import RunStats, WriterSink, run, run_to_kafka
+    from sim.run import RunStats, WriterSink, run, run_to_kafka, start_ms_for
     from sim.telemetry import Simulator
 
     # faults injected into this run from other processes that it refuses are said here
@@ -164,10 +164,9 @@ def run_cmd(preset: str, interval: str, files: tuple[Path, ...], specs: tuple[st
         if parsed.tzinfo is None:
             raise click.BadParameter("needs a UTC offset", param_hint="--start")
         start_ms = int(parsed.timestamp() * 1000)
-    elif duration_s is not None and (speedup == 0 or speedup > 1):
-        start_ms = now_ms - int(duration_s * 1000)
     else:
-        start_ms = now_ms
+        start_ms = start_ms_for(now_ms, int(interval_s * 1000), duration_s=duration_s,
+                                speedup=speedup)
     if speedup != 1 and duration_s is None:
         # Consumers refuse events more than a day ahead of their clock (the contract's ts rule).
         click.echo("sim: warning: running faster than real time without --duration; events "

@@ -107,6 +107,7 @@ class DemoResult:
     # label -> the simulated jobs running on the links its detections were on (the report's)
     jobs_touched: dict[str, list[str]] = field(default_factory=dict)
     report_html: Path | None = None
+    report: Any = None  # the fabricwatch.report.build.Report it was rendered from
     message: str = ""
 
 
@@ -249,7 +250,7 @@ class Demo:
             if lag:
                 self.console.print(f"[yellow]the ledger is still {lag:,} messages behind; "
                                    "the report shows what it holds[/]")
-            result.report_html = self._report()
+            result.report_html = self._report(result)
             result.jobs_touched = dict(self.jobs_touched)
             return result
         finally:
@@ -428,7 +429,7 @@ class Demo:
 
     # ---- the report -------------------------------------------------------------------
 
-    def _report(self) -> Path | None:
+    def _report(self, result: DemoResult) -> Path | None:
         from fabricwatch.report.build import build_report
         from fabricwatch.report.html import render_html
         from fabricwatch.report.terminal import print_summary
@@ -440,13 +441,22 @@ class Demo:
             return None
         ledger = endpoint_client(url, self.settings)
         try:
-            report = build_report(ledger, since_ms=int(self._started_wall * 1000) - 3_600_000,
-                                  until_ms=int(time.time() * 1000) + 60_000,
+            # The window is the run (a resumed run's first events included): binned to an
+            # hour before it, a 3-minute demo had three points per series.
+            looked = int(self._started_wall * 1000) - 3_600_000
+            first = ledger.query(
+                "SELECT toUnixTimestamp64Milli(min(ts)) AS t, count() AS n FROM port_events "
+                "WHERE ts >= fromUnixTimestamp64Milli({since:Int64})", {"since": looked})
+            since = (int(first[0]["t"]) - 10_000 if first and int(first[0]["n"])
+                     else int(self._started_wall * 1000))
+            report = build_report(ledger, since_ms=since,
+                                  until_ms=int(time.time() * 1000) + 10_000,
                                   temporal_ui=f"http://{self.settings.temporal.host}:"
                                               f"{self.settings.temporal.ui_port}/namespaces/"
                                               f"{self.settings.temporal.namespace}/workflows")
         finally:
             ledger.close()
+        result.report = report
         path = self.opts.report_path or self.demo_dir / "report.html"
         path.write_text(render_html(report), encoding="utf-8")
         print_summary(report, self.console)

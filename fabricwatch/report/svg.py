@@ -39,6 +39,8 @@ def line_chart(title: str, series: Mapping[str, Sequence[tuple[float, float]]], 
     points = [p for values in series.values() for p in values]
     if not points:
         return _empty(title)
+    if not any(p[1] for p in points):
+        return _empty(title, "none in this window")  # every bin zero: nothing to draw
     x0, x1 = min(p[0] for p in points), max(p[0] for p in points)
     y1 = max(max(p[1] for p in points), 1e-12)
     x1 = x1 if x1 > x0 else x0 + 1

@@ -1,24 +1,105 @@
-"""Render a ``Report`` as a short terminal summary with rich."""
+"""Render a ``Report`` in the terminal with rich: the same first screen as the HTML (what
+needs a human now, then the window by incident and by cable), then a short summary."""
 
 from __future__ import annotations
+
+import time
+from collections import defaultdict
 
 from rich.console import Console
 from rich.table import Table
 
-from fabricwatch.report.build import Report, runbooks_by_decision
+from fabricwatch.report.build import LATENCY_CLOCK, Report, WaitingRow, runbooks_by_decision
+
+
+def _utc(ms: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(ms / 1000))
+
+
+def _table(title: str, columns: list[str]) -> Table:
+    table = Table(title=title, title_justify="left", title_style="bold")
+    for column in columns:
+        table.add_column(column, overflow="fold")
+    return table
+
+
+def print_first_screen(report: Report, console: Console, *, max_rows: int = 15) -> None:
+    """What needs a human now, and what happened in the window, grouped."""
+    console.rule("what needs you now")
+    if report.incidents_open:
+        table = _table("open incidents", ["cause", "root", "members", "since", "paged"])
+        for i in report.incidents_open:
+            table.add_row(i.cause, i.root, f"{i.members:,}", _utc(i.started_ms), i.paged)
+        console.print(table)
+    else:
+        console.print("open incidents: none")
+    if report.waiting:
+        groups: dict[tuple[str, str], list[WaitingRow]] = defaultdict(list)
+        for w in report.waiting:
+            groups[(w.state, w.why)].append(w)
+        table = _table(f"runbooks waiting on a human ({len(report.waiting)})",
+                       ["waiting for", "why (latest record)", "runbooks", "since"])
+        for (state, why), held in sorted(groups.items(), key=lambda kv: kv[1][0].since_ms):
+            names = ", ".join(w.cable for w in held[:3]) + (
+                f" and {len(held) - 3} more" if len(held) > 3 else "")
+            table.add_row(state, why, f"{len(held)}: {names}", _utc(held[0].since_ms))
+        console.print(table)
+    else:
+        console.print("runbooks waiting on a human: none")
+    if report.probation:
+        table = _table("cables in probation", ["cable", "since", "checks (failed)",
+                                               "latest check", "measurement"])
+        for p in report.probation:
+            table.add_row(p.cable, _utc(p.since_ms), f"{p.checks} ({p.failed})",
+                          p.last_check or "none yet", p.measurement or "")
+        console.print(table)
+    else:
+        console.print("cables in probation: none")
+    if report.stale:
+        table = _table(f"stale devices ({len(report.stale)})",
+                       ["device", "port", "scope", "silent since"])
+        for st in report.stale[:max_rows]:
+            table.add_row(st.device, "" if st.scope == "device" else str(st.port), st.scope,
+                          _utc(st.since_ms))
+        console.print(table)
+    else:
+        console.print("stale devices: none")
+
+    console.rule(f"the window {_utc(report.since_ms)} to {_utc(report.until_ms)}")
+    if report.incidents:
+        table = _table("by incident", ["incident", "cause", "root", "state", "members",
+                                       "detections"])
+        for i in report.incidents:
+            table.add_row(i.incident, i.cause, i.root, i.state, f"{i.members:,}",
+                          f"{i.detections:,} in {i.episodes:,} episodes")
+        console.print(table)
+    else:
+        console.print("incidents: none")
+    if report.cables:
+        table = _table(f"by cable ({report.cables_total} cables; first {max_rows})",
+                       ["cable", "first seen", "episodes", "detections", "kinds", "runbook"])
+        for cable in report.cables[:max_rows]:
+            kinds: dict[str, int] = defaultdict(int)
+            for ep in cable.episodes:
+                for kind, n in ep.kinds.items():
+                    kinds[kind] += n
+            table.add_row(cable.cable, _utc(cable.first_ms), str(len(cable.episodes)),
+                          f"{cable.detections:,}",
+                          ", ".join(f"{k} {n}" for k, n in sorted(kinds.items(),
+                                                                  key=lambda kv: -kv[1])),
+                          cable.runbook or "none")
+        console.print(table)
+    else:
+        console.print("detections outside incidents: none")
 
 
 def print_summary(report: Report, console: Console) -> None:
+    print_first_screen(report, console)
+    console.rule("in numbers")
     counts = Table(title="what the ledger holds for this window", show_header=False)
     for key, value in report.counts.items():
         counts.add_row(key.replace("_", " "), f"{value:,}")
     console.print(counts)
-    kinds = Table(title="detections")
-    kinds.add_column("kind")
-    kinds.add_column("count", justify="right")
-    for kind, n in sorted(report.detections_by_kind.items(), key=lambda kv: -kv[1]):
-        kinds.add_row(kind, str(n))
-    console.print(kinds)
     if report.ports_by_status:
         console.print("ports now: " + ", ".join(
             f"{n:,} {status}" for status, n in sorted(report.ports_by_status.items())))
@@ -29,8 +110,11 @@ def print_summary(report: Report, console: Console) -> None:
                       + (f" and {more} more" if more > 0 else ""))
     if report.latencies:
         lat = sorted(r.latency_s for r in report.latencies)
-        console.print(f"detection to isolation: {len(lat)} ports, p50 {lat[len(lat) // 2]:.2f} s, "
-                      f"max {lat[-1]:.2f} s")
+        console.print(f"detection to isolation: {len(lat)} isolations, p50 "
+                      f"{lat[len(lat) // 2]:.2f} s, max {lat[-1]:.2f} s, min {lat[0]:.2f} s")
+        console.print(f"  ({LATENCY_CLOCK})", style="dim")
+    else:
+        console.print("detection to isolation: none isolated in this window")
     if report.jobs:
         jobs = Table(title="jobs and the episodes on their links")
         for column in ("job", "nodes", "episodes", "most depended-on episode"):

@@ -67,3 +67,15 @@ def test_shortened_demo_detects_every_fault_and_decides_every_runbook(tmp_path: 
     html = result.report_html.read_text()
     assert "fabricwatch report" in html and "breaker_open" in html and "<svg" in html
     assert "Jobs and the links that hurt them" in html and "train-b" in html
+    # the first screen: the runbooks the breaker holds wait on a human, and say why
+    report = result.report
+    assert report is not None and report.waiting
+    assert any(w.state == "breaker: awaiting approval" for w in report.waiting)
+    assert "What needs you now" in html and "Runbooks waiting on a human" in html
+    # detection to isolation, from the detection that started each run to its isolate
+    # record: never negative (the simulator once stamped samples an interval ahead)
+    assert report.latencies and report.latency_unmatched == 0
+    assert all(r.latency_s >= 0 for r in report.latencies), [
+        (r.cable, r.latency_s) for r in report.latencies]
+    # binned to the run: a few minutes get tens of round bins, not three
+    assert report.bucket_s <= 15 and len(report.downs_over_time) >= 20

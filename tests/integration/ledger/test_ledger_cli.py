@@ -50,6 +50,12 @@ def test_a_report_is_the_first_command_on_a_new_state_folder(state_dir: Path) ->
     result = CliRunner().invoke(main, ["report", "--since", "24h", "--out", str(report)])
     assert result.exit_code == 0, result.output
     assert "created an empty one" in result.stderr and report.is_file()
+    # the terminal shows the HTML's first screen, and an empty ledger's sections say none
+    for line in ("what needs you now", "open incidents: none",
+                 "runbooks waiting on a human: none", "cables in probation: none",
+                 "stale devices: none", "incidents: none"):
+        assert line in result.stdout, line
+    assert "Open incidents: none." in report.read_text()
 
 
 def test_a_server_that_cannot_be_reached_is_an_error(state_dir: Path,

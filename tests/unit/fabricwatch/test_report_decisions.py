@@ -21,3 +21,14 @@ def test_decisions() -> None:
         "returned to service", "held by the breaker", "aborted",
         "shadow mode (changed nothing)", "in progress"]
     assert runbooks_by_decision(rows)["held by the breaker"] == 1
+
+
+def test_the_latest_run_of_a_cable_decides() -> None:
+    """A cable's runbook id runs again: the earlier run's return does not speak for the
+    later one, in probation or still in its ladder."""
+    first = [("isolate", "done"), ("return", "done"), ("outcome", "done")]
+    assert row(*first).decision == "returned to service"
+    assert row(*first, ("detection", "done"), ("isolate", "done"), ("probation", "done"),
+               ("check:ib_write_bw", "done")).decision == "in probation"
+    assert row(*first, ("detection", "done"), ("isolate", "done"),
+               ("ladder:reseat", "skipped")).decision == "in progress"
