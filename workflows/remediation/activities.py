@@ -18,6 +18,7 @@ from temporalio.exceptions import ApplicationError
 from schemas.events import Action, ActionRecord, Detection, DetectionKind, EvidenceRecord, Severity
 from workflows.adapters.base import (
     AdapterRejected,
+    BaselineStore,
     Checker,
     Controller,
     EvidenceSource,
@@ -45,6 +46,7 @@ from workflows.remediation.models import (
     TicketInput,
     TicketResult,
 )
+from workflows.remediation.probation import PROBE_KINDS, check_kind, judge_probes
 
 SOURCE = "fabricwatch"
 EXCERPT_LINES = 12
@@ -75,8 +77,10 @@ class FabricActivities:
 
     def __init__(self, *, records: RecordSink, controller: Controller, evidence: EvidenceSource,
                  checker: Checker, fencer: NodeFencer, ticketing: Ticketing,
-                 jobs: JobLookup | None = None) -> None:
+                 jobs: JobLookup | None = None, baselines: BaselineStore | None = None
+                 ) -> None:
         self.records = records
+        self.baselines = baselines  # pinned probe baselines (probation judges against them)
         self.jobs = jobs
         self.controller = controller
         self.evidence = evidence
@@ -245,12 +249,50 @@ class FabricActivities:
         if inp.dry_run:
             return CheckResult(check=inp.check, passed=True, detail="would run")
         activity.heartbeat(inp.check)
+        kind = check_kind(inp.check)
         try:
-            out = await self.checker.run(inp.check, inp.port, inp.since_ms)
+            soak = getattr(self.checker, "run_soak", None)
+            if kind == "counters" and inp.normal and soak is not None:
+                out = await soak(inp.check, inp.port, inp.since_ms, inp.until_ms, inp.normal)
+            else:
+                out = await self.checker.run(inp.check, inp.port, inp.since_ms)
         except AdapterRejected as exc:
             raise _rejected(exc) from None
-        return CheckResult(check=inp.check, passed=out.passed, detail=out.detail,
-                           measured=dict(out.measured))
+        if out.unconfigured:
+            return CheckResult(check=inp.check, passed=False, unconfigured=True,
+                               detail=out.detail, measured=dict(out.measured))
+        if inp.slo_fraction is None or not out.passed or kind not in PROBE_KINDS:
+            return CheckResult(check=inp.check, passed=out.passed, detail=out.detail,
+                               measured=dict(out.measured))
+        return await self._judge(inp, out)
+
+    async def _judge(self, inp: CheckInput, out: Any) -> CheckResult:
+        """Probation: the measured bandwidth against the pinned baseline (fail closed)."""
+        probes = out.measured.get("probes")
+        rail = inp.port.rail
+        why = None
+        if not probes:
+            why = f"{inp.check}: the check reported no bandwidth measurement"
+        elif self.baselines is None:
+            why = f"{inp.check}: no baseline store on this worker (the ledger's baselines)"
+        elif rail is None:
+            why = f"{inp.check}: {inp.port.key} has no rail, so no baseline applies"
+        if why is not None:
+            return CheckResult(check=inp.check, passed=False, unconfigured=True, detail=why,
+                               measured=dict(out.measured))
+        assert self.baselines is not None and rail is not None  # noqa: S101 - checked above
+        pinned = {(b.rail, b.probe, b.size_bytes, b.scale): b
+                  for b in await self.baselines.pinned(inp.port.fabric, rail)}
+        verdict = judge_probes(
+            inp.check, probes, rail=rail,
+            lookup=lambda r, probe, size, scale: pinned.get((r, probe, size, scale)),
+            fraction=inp.slo_fraction or 0.0, cable=inp.cable or [inp.port.key],
+            scale=int(out.measured.get("scale") or 2), size=out.measured.get("size"))
+        measured = {**verdict.measured, "argv": out.measured.get("argv")}
+        return CheckResult(check=inp.check, passed=verdict.verdict == "passed",
+                           unconfigured=verdict.verdict == "unconfigured",
+                           detail=verdict.detail,
+                           measured={k: v for k, v in measured.items() if v is not None})
 
     # --- tickets and pages ---------------------------------------------------------------
 

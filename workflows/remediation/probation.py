@@ -1,0 +1,99 @@
+"""Probation's judgements, pure: which kind a check is, and whether a link's probes meet the
+pinned baseline at the SLO fraction.
+
+No I/O and no clock: the activity looks the baselines up and the workflow decides what a
+verdict means (re-isolate and the next rung, or a human when a check could not be judged).
+A verdict is one of ``passed``, ``failed`` (the link measured below the SLO) or
+``unconfigured`` (nothing to compare: no command, no pinned baseline, or only a baseline
+learned on this very cable): the last never passes (fail closed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ledger.baselines import PinnedBaseline
+
+CheckKind = Literal["ib_write_bw", "nccl_allreduce", "counters", "other"]
+Verdict = Literal["passed", "failed", "unconfigured"]
+PROBE_KINDS = frozenset({"ib_write_bw", "nccl_allreduce"})
+
+
+def check_kind(check: str) -> CheckKind:
+    """``ib_write_bw-per-rail`` -> ib_write_bw, ``nccl-allreduce-baseline`` -> nccl_allreduce,
+    ``counters-clean-24h`` -> counters (the soak); anything else runs as a plain command."""
+    if check.startswith("counters-clean"):
+        return "counters"
+    if check.startswith("ib_write_bw"):
+        return "ib_write_bw"
+    if check.startswith("nccl"):
+        return "nccl_allreduce"
+    return "other"
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeJudgement:
+    verdict: Verdict
+    detail: str
+    measured: dict[str, Any] = field(default_factory=dict)
+
+
+BaselineLookup = Callable[[int, str, int, int], PinnedBaseline | None]
+
+
+def judge_probes(check: str, probes: Iterable[Mapping[str, Any]], *, rail: int,
+                 lookup: BaselineLookup, fraction: float, cable: Iterable[str],
+                 scale: int, size: int | None = None) -> ProbeJudgement:
+    """Every run (a direction, or the one all-reduce) at ``size`` (default: the largest
+    size each measured) against the pinned baseline; the slowest run decides.
+
+    A baseline whose runs crossed one of ``cable``'s ends was learned from the link under
+    repair and is refused: a bad link must not be its own yardstick.
+    """
+    ends = set(cable)
+    runs: list[dict[str, Any]] = []
+    rows = [dict(p) for p in probes]
+    if not rows:
+        return ProbeJudgement("unconfigured", f"{check}: the tool reported no measurement")
+    by_run: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_run.setdefault(str(row.get("run", "")), []).append(row)
+    for run, measured in sorted(by_run.items()):
+        want = size if size is not None else max(int(r["size_bytes"]) for r in measured)
+        hit = [r for r in measured if int(r["size_bytes"]) == want]
+        if not hit:
+            sizes = sorted({int(r["size_bytes"]) for r in measured})
+            return ProbeJudgement("unconfigured", f"{check}: no result at {want} B "
+                                                  f"(measured {sizes})")
+        row = hit[0]
+        probe = str(row["probe"])
+        base = lookup(rail, probe, want, scale)
+        if base is None:
+            return ProbeJudgement("unconfigured", (
+                f"{check}: no pinned baseline for rail {rail} {probe} {want} B scale {scale}"
+                f" (fabricwatch baseline pin)"), {"runs": runs})
+        crossed = sorted(ends & set(base.links))
+        if crossed:
+            return ProbeJudgement("unconfigured", (
+                f"{check}: the pinned baseline for rail {rail} {probe} {want} B was measured "
+                f"across {', '.join(crossed)}, the cable under repair; pin one from another "
+                f"link"), {"runs": runs})
+        gbps = float(row["bw_gbps"])
+        ratio = gbps / base.gbps if base.gbps > 0 else 0.0
+        runs.append({"run": run, "probe": probe, "size_bytes": want, "scale": scale,
+                     "bw_gbps": round(gbps, 3), "baseline_gbps": base.gbps,
+                     "fraction": round(ratio, 4), "slo_fraction": fraction,
+                     "baseline_pinned_by": base.pinned_by, "src": row.get("src"),
+                     "dst": row.get("dst"), "passed": ratio >= fraction})
+    worst = min(runs, key=lambda r: r["fraction"])
+    measured_out = {"runs": runs, "worst_fraction": worst["fraction"],
+                    "slo_fraction": fraction}
+    text = ", ".join(f"{r['run'] or r['probe']} {r['bw_gbps']:.1f}/{r['baseline_gbps']:.1f} "
+                     f"Gb/s ({r['fraction']:.0%})" for r in runs)
+    if all(r["passed"] for r in runs):
+        return ProbeJudgement("passed", f"{check}: {text}, at least {fraction:.0%} of the "
+                                        f"pinned baseline", measured_out)
+    return ProbeJudgement("failed", f"{check}: {text}; below {fraction:.0%} of the pinned "
+                                    f"baseline", measured_out)
