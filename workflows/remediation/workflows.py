@@ -821,9 +821,12 @@ class PortRemediation:
         if self._isolated:
             res = await self._control(FabricActivities.unisolate_port, "probation")
             self._isolated = False
-            await self._record("probation", "done", note=(
-                f"link re-enabled for probation; {self._fence_note()}: {res.detail}"),
+            # "unisolate" is the step the ledger's port state follows (006)
+            await self._record("unisolate", "done", note=(
+                f"re-enabled for probation; {self._fence_note()}: {res.detail}"),
                 before=res.before, after=res.after)
+        await self._record("probation", "done", note=(
+            f"probation: the link carries probe traffic, {self._fence_note()}"))
         for check in self._cfg.checks:
             if check in pc.waived:
                 await self._record(f"check:{check}", "skipped",
@@ -911,11 +914,13 @@ class PortRemediation:
 
     async def _reisolate(self, note: str, after: dict[str, Any] | None) -> None:
         self._step = "probation:isolate"
+        await self._record("probation", "failed", note=note[:500], after=after)
         res = await self._control(FabricActivities.isolate_port, "isolate")
         self._isolated = True
         self._state = "running"
-        await self._record("probation", "failed", note=note[:500],
-                           after={**(after or {}), "isolate": res.detail})
+        await self._record("isolate", "done", note=f"isolated again after probation: "
+                                                   f"{res.detail}", before=res.before,
+                           after=res.after)
 
     async def _probation_failed(self, check: str, res: CheckResult | None, mark: int) -> str:
         """The repair did not hold under traffic: isolate again; the ladder moves on."""
