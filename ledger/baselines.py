@@ -108,3 +108,31 @@ def current(ledger: _Store, fabric: str, rail: int | None = None, *,
             pinned_by=r["pinned_by"] if int(r["active"]) else f"unpinned by {r['pinned_by']}",
             pinned_ts=int(r["ts_ms"]), links=tuple(r["links"] or ()), note=r["note"]))
     return out
+
+
+_HEALTHY = """
+SELECT count() AS runs, quantileExact(0.5)(bw_gbps) AS median_gbps,
+       groupUniqArray(src) AS srcs, groupUniqArray(dst) AS dsts
+FROM probes FINAL
+WHERE fabric = {fabric:String} AND rail = {rail:UInt16} AND probe = {probe:String}
+  AND size_bytes = {size:UInt64}
+  AND ts >= fromUnixTimestamp64Milli({since:Int64}) AND ts < fromUnixTimestamp64Milli({until:Int64})
+  AND src NOT IN (SELECT device FROM detections FINAL WHERE fabric = {fabric:String}
+                  AND ts >= fromUnixTimestamp64Milli({since:Int64}))
+  AND dst NOT IN (SELECT device FROM detections FINAL WHERE fabric = {fabric:String}
+                  AND ts >= fromUnixTimestamp64Milli({since:Int64}))
+"""
+
+
+def healthy_median(ledger: _Store, fabric: str, rail: int, probe: str, size_bytes: int,
+                   since_ms: int, until_ms: int) -> tuple[int, float | None, tuple[str, ...]]:
+    """The median of the probe runs in the window whose ends had no detection since the
+    window began (a link with trouble does not teach the yardstick): (runs, median, ends)."""
+    rows = ledger.query(_HEALTHY, {"fabric": fabric, "rail": rail, "probe": probe,
+                                   "size": size_bytes, "since": since_ms, "until": until_ms})
+    row = rows[0] if rows else {}
+    runs = int(row.get("runs") or 0)
+    if runs == 0:
+        return 0, None, ()
+    ends = tuple(sorted({*row.get("srcs", []), *row.get("dsts", [])}))
+    return runs, float(row["median_gbps"]), ends

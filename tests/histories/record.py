@@ -59,7 +59,7 @@ async def scenarios(client: Client, tmp: Path, tickets: TicketServer) -> None:
             "id": "peer-end", "device": "node0001/mlx5_1", "port": 1}))
         await h.execute_update(PortRemediation.complete_step,
                                StepDone(step="clean-and-reseat", actor="tech"))
-        await until(h, lambda s: s.state == "waiting_clean_counters")
+        await until(h, lambda s: s.state in ("waiting_clean_counters", "probation_soak"))
         await h.signal(PortRemediation.detection, inp.detection.model_copy(update={
             "id": "reflap", "episode": "ep-2"}))
         await until(h, lambda s: s.waiting_for == "swap-optic")

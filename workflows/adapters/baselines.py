@@ -7,17 +7,29 @@ ledger client is synchronous; ``MemoryBaselines`` is for tests and the simulator
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from ledger.baselines import PinnedBaseline, current
 
 
+class BaselinesUnavailable(RuntimeError):
+    """No ledger to read baselines from: probation cannot judge (fails closed)."""
+
+
 class LedgerBaselines:
-    def __init__(self, ledger: Any) -> None:
+    """``ledger`` is a ledger, or a function that connects one lazily (None: none reachable)."""
+
+    def __init__(self, ledger: Any | Callable[[], Any]) -> None:
         self._ledger = ledger
 
     async def pinned(self, fabric: str, rail: int | None = None) -> list[PinnedBaseline]:
-        return await asyncio.to_thread(current, self._ledger, fabric, rail)
+        def read() -> list[PinnedBaseline]:
+            ledger = self._ledger() if callable(self._ledger) else self._ledger
+            if ledger is None:
+                raise BaselinesUnavailable("no ledger reachable for the pinned baselines")
+            return current(ledger, fabric, rail)
+        return await asyncio.to_thread(read)
 
 
 class MemoryBaselines:

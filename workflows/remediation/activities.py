@@ -281,8 +281,13 @@ class FabricActivities:
             return CheckResult(check=inp.check, passed=False, unconfigured=True, detail=why,
                                measured=dict(out.measured))
         assert self.baselines is not None and rail is not None  # noqa: S101 - checked above
-        pinned = {(b.rail, b.probe, b.size_bytes, b.scale): b
-                  for b in await self.baselines.pinned(inp.port.fabric, rail)}
+        try:
+            found = await self.baselines.pinned(inp.port.fabric, rail)
+        except Exception as exc:  # noqa: BLE001 - unread baselines judge nothing: fail closed
+            return CheckResult(check=inp.check, passed=False, unconfigured=True,
+                               detail=f"{inp.check}: baselines not read: {exc}"[:500],
+                               measured=dict(out.measured))
+        pinned = {(b.rail, b.probe, b.size_bytes, b.scale): b for b in found}
         verdict = judge_probes(
             inp.check, probes, rail=rail,
             lookup=lambda r, probe, size, scale: pinned.get((r, probe, size, scale)),

@@ -819,7 +819,7 @@ class PortRemediation:
         self._step = "probation"
         self._state = "probation"
         if self._isolated:
-            res = await self._control(FabricActivities.unisolate_port, "probation")
+            res = await self._control(FabricActivities.unisolate_port, "unisolate")
             self._isolated = False
             # "unisolate" is the step the ledger's port state follows (006)
             await self._record("unisolate", "done", note=(
