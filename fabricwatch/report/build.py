@@ -13,6 +13,8 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
 
+from workflows.remediation.probation import probation_outcomes
+
 
 class Queryable(Protocol):
     def query(self, sql: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]: ...
@@ -89,6 +91,10 @@ class Report(BaseModel):
     # Port states now (not windowed): ok / down / isolated / unknown (stopped reporting).
     ports_by_status: dict[str, int] = Field(default_factory=dict)
     unknown_ports: list[tuple[str, int]] = Field(default_factory=list)  # ("dev:port", since)
+    # probation: every probation record and check result (workflow_id, ts_ms, step, outcome,
+    # note), and per runbook passed / failed / waiting on a human
+    probation: list[dict[str, Any]] = Field(default_factory=list)
+    probation_outcomes: dict[str, int] = Field(default_factory=dict)
     temporal_ui: str | None = None
 
 
@@ -141,6 +147,10 @@ def build_report(ledger: Queryable, *, since_ms: int, until_ms: int,
     report.runbooks = [RunbookRow(workflow_id=w, steps=s) for w, s in sorted(steps.items())]
     report.jobs, report.touched = job_section(ledger, since_ms=since_ms, until_ms=until_ms,
                                               max_rows=max_rows)
+    probation = rows("probation")
+    report.probation = probation[:max_rows * 5]
+    report.probation_outcomes = probation_outcomes(r for r in probation
+                                                   if r["step"] == "probation")
     report.ports_by_status = {str(r["status"]): int(r["n"]) for r in rows("ports_by_status")}
     report.unknown_ports = [(f"{r['device']}:{r['port']}", int(r["since_ms"]))
                             for r in rows("unknown_ports")[:max_rows]]

@@ -19,6 +19,30 @@ from ledger.baselines import PinnedBaseline
 CheckKind = Literal["ib_write_bw", "nccl_allreduce", "counters", "other"]
 Verdict = Literal["passed", "failed", "unconfigured"]
 PROBE_KINDS = frozenset({"ib_write_bw", "nccl_allreduce"})
+# How the runbook's ``probation`` records begin, for readers of the ledger (the report)
+PASSED_NOTE = "passed:"
+FAILED_NOTE = "failed in probation:"
+HOLD_NOTE = "could not be judged:"
+
+
+def probation_outcomes(rows: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """Per runbook, from its ``probation`` records (workflow_id, ts_ms, outcome, note):
+    ``passed`` probation, ``failed`` it at least once (``failures`` in all), and
+    ``waiting_on_human`` (its last record is a check that could not be judged)."""
+    by_wf: dict[str, list[Mapping[str, Any]]] = {}
+    for row in sorted(rows, key=lambda r: (str(r["workflow_id"]), int(r["ts_ms"]))):
+        by_wf.setdefault(str(row["workflow_id"]), []).append(row)
+    out = {"passed": 0, "failed": 0, "failures": 0, "waiting_on_human": 0}
+    for records in by_wf.values():
+        notes = [(str(r["outcome"]), str(r.get("note") or "")) for r in records]
+        fails = sum(1 for o, n in notes if o == "failed" and FAILED_NOTE in n)
+        out["failures"] += fails
+        out["failed"] += bool(fails)
+        if any(o == "done" and n.startswith(PASSED_NOTE) for o, n in notes):
+            out["passed"] += 1
+        elif notes and HOLD_NOTE in notes[-1][1]:
+            out["waiting_on_human"] += 1
+    return out
 
 
 def check_kind(check: str) -> CheckKind:

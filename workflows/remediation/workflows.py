@@ -80,7 +80,7 @@ with workflow.unsafe.imports_passed_through():
         StepDone,
         TicketInput,
     )
-    from workflows.remediation.probation import check_kind
+    from workflows.remediation.probation import FAILED_NOTE, HOLD_NOTE, PASSED_NOTE, check_kind
 
 Outcome = Literal["done", "refused", "failed", "skipped", "dry_run"]
 
@@ -872,7 +872,7 @@ class PortRemediation:
             return await self._probation_failed("probation", None, mark)
         self._state = "running"
         await self._record("probation", "done", note=(
-            f"passed: {len(probes)} probe check(s) at >= {pc.slo_fraction:.0%} of the pinned "
+            f"{PASSED_NOTE} {len(probes)} probe check(s) at >= {pc.slo_fraction:.0%} of the pinned "
             f"baseline, {rnd - 1} repeat round(s), counters below the normal thresholds"))
         return "passed"
 
@@ -928,18 +928,18 @@ class PortRemediation:
             await self._reflap(check, mark)
             det = self._detections[mark]
             why = f"{det.detection} {det.id} on {det.end or self._port.key} during {check}"
-            await self._reisolate(f"failed in probation: {why}; link isolated again",
+            await self._reisolate(f"{FAILED_NOTE} {why}; link isolated again",
                                   {"detection": det.id, "check": check})
         else:
-            await self._reisolate(f"failed in probation: {res.detail}; link isolated again",
+            await self._reisolate(f"{FAILED_NOTE} {res.detail}; link isolated again",
                                   {"check": check, **res.measured})
         return "failed"
 
     async def _probation_hold(self, check: str, res: CheckResult) -> str:
         """A check that could not be judged fails closed: isolated again, and a human
         configures (or waives) it and approves; probation then starts over."""
-        await self._reisolate(f"{check} could not be judged: {res.detail}; link isolated "
-                              f"again", {"check": check, "unconfigured": True})
+        await self._reisolate(f"{check} {HOLD_NOTE} {res.detail}; link isolated again",
+                              {"check": check, "unconfigured": True})
         await self._needs_human(f"check:{check}", f"not judged, so not passed: {res.detail}")
         return "hold"
 

@@ -16,10 +16,10 @@ from typing import Any
 
 from aiohttp import web
 
+from ledger.baselines import PinnedBaseline
 from workflows.adapters.base import AdapterError, AdapterRejected
 from workflows.adapters.k8s import NoFencer
 from workflows.adapters.records import MemorySink
-from ledger.baselines import PinnedBaseline
 from workflows.adapters.sim import SIM_PROBES, SimChecker, SimControllerAdapter, SimEvidence
 from workflows.adapters.ticket import WebhookTicketing
 from workflows.remediation.activities import FabricActivities
