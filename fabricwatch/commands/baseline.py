@@ -43,7 +43,6 @@ def _migrated(ledger: Any, where: str) -> None:
 
 _fabric = click.option("--fabric", default=None, help="Fabric [default: the fabric setting].")
 _key = [
-    click.option("--rail", type=click.IntRange(0, 65535), required=True),
     click.option("--probe", type=click.Choice(PROBES), required=True),
     click.option("--size", "size_bytes", type=click.IntRange(0), required=True,
                  help="Message size in bytes (ib_write_bw 65536, all-reduce 1073741824)."),
@@ -86,6 +85,8 @@ def show_command(fabric: str | None, rail: int | None, show_all: bool, fmt: str)
 
 @baseline_group.command("pin")
 @_fabric
+@click.option("--rail", "rails", type=click.IntRange(0, 65535), required=True, multiple=True,
+              help="The rail (repeat it to pin one bandwidth on several).")
 @_with_key
 @click.option("--gbps", type=float, default=None, help="The healthy bandwidth, Gb/s.")
 @click.option("--from-ledger", is_flag=True,
@@ -95,44 +96,51 @@ def show_command(fabric: str | None, rail: int | None, show_all: bool, fmt: str)
               help="A link the pinned runs crossed (--from-ledger adds the runs' ends).")
 @click.option("--note", default=None)
 @click.option("--actor", default=None, help="Who pins it (default: your login name).")
-def pin_command(fabric: str | None, rail: int, probe: str, size_bytes: int, scale: int,
+def pin_command(fabric: str | None, rails: tuple[int, ...], probe: str, size_bytes: int,
+                scale: int,
                 gbps: float | None, from_ledger: bool, since: str, links: tuple[str, ...],
                 note: str | None, actor: str | None) -> None:
     """Pin a baseline for (fabric, rail, probe, size, scale)."""
     settings = load_settings()
     if (gbps is None) == (not from_ledger):
         _fail("give --gbps or --from-ledger (one of them)")
+    if from_ledger and len(rails) > 1:
+        _fail("--from-ledger pins one rail at a time (each rail's own runs)")
     now = int(time.time() * 1000)
-    ends = tuple(links)
+    name = fabric or settings.fabric
     with _opened(settings, for_write=True) as (ledger, where):
         _migrated(ledger, where)
-        if from_ledger:
+        for rail in rails:
+            ends = tuple(links)
+            value, why = gbps, note
+            if from_ledger:
+                try:
+                    window_ms = int(parse_duration_s(since) * 1000)
+                except ValueError as exc:
+                    _fail(f"--since: {exc}")
+                runs, median, seen = healthy_median(ledger, name, rail, probe, size_bytes,
+                                                    now - window_ms, now)
+                if median is None or runs < MIN_RUNS:
+                    _fail(f"only {runs} healthy run(s) of {probe} {size_bytes} B on rail {rail} "
+                          f"in {since}; need {MIN_RUNS}")
+                value = median
+                ends = tuple(sorted({*ends, *seen}))
+                why = why or f"median of {runs} healthy runs in {since}"
+            assert value is not None  # noqa: S101 - one of the two was given
             try:
-                window_ms = int(parse_duration_s(since) * 1000)
-            except ValueError as exc:
-                _fail(f"--since: {exc}")
-            runs, median, seen = healthy_median(ledger, fabric or settings.fabric, rail, probe,
-                                                size_bytes, now - window_ms, now)
-            if median is None or runs < MIN_RUNS:
-                _fail(f"only {runs} healthy run(s) of {probe} {size_bytes} B on rail {rail} in "
-                      f"{since}; need {MIN_RUNS}")
-            gbps = median
-            ends = tuple(sorted({*ends, *seen}))
-            note = note or f"median of {runs} healthy runs in {since}"
-        assert gbps is not None  # noqa: S101 - one of the two was given
-        try:
-            pinned = pin_baseline(ledger, PinnedBaseline(
-                fabric=fabric or settings.fabric, rail=rail, probe=probe,
-                size_bytes=size_bytes, scale=scale, gbps=round(gbps, 3),
-                pinned_by=actor or getpass.getuser(), pinned_ts=now, links=ends, note=note))
-        except BaselineError as exc:
-            _fail(str(exc))
-    click.echo(f"pinned {pinned.probe} rail {pinned.rail} {pinned.size_bytes} B scale "
-               f"{pinned.scale}: {pinned.gbps} Gb/s by {pinned.pinned_by}")
+                pinned = pin_baseline(ledger, PinnedBaseline(
+                    fabric=name, rail=rail, probe=probe, size_bytes=size_bytes, scale=scale,
+                    gbps=round(value, 3), pinned_by=actor or getpass.getuser(), pinned_ts=now,
+                    links=ends, note=why))
+            except BaselineError as exc:
+                _fail(str(exc))
+            click.echo(f"pinned {pinned.probe} rail {pinned.rail} {pinned.size_bytes} B scale "
+                       f"{pinned.scale}: {pinned.gbps} Gb/s by {pinned.pinned_by}")
 
 
 @baseline_group.command("unpin")
 @_fabric
+@click.option("--rail", type=click.IntRange(0, 65535), required=True)
 @_with_key
 @click.option("--actor", default=None, help="Who unpins it (default: your login name).")
 def unpin_command(fabric: str | None, rail: int, probe: str, size_bytes: int, scale: int,
