@@ -292,7 +292,7 @@ class NormalThresholds(_Section):
     raw_ber_copper: Annotated[float, Field(gt=0)] = 1e-7
     raw_ber_optic: Annotated[float, Field(gt=0)] = 1e-6
     effective_ber: Annotated[float, Field(gt=0)] = 1e-12
-    symbol_ber: Annotated[float, Field(gt=0)] = 1e-15
+    symbol_ber: Annotated[float, Field(gt=0)] = 5e-15  # 7 symbol errors an hour at NDR 4X
     max_link_downs: Annotated[int, Field(ge=0)] = 0
 
 

@@ -10,11 +10,13 @@ learned on this very cable): the last never passes (fail closed).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ledger.baselines import PinnedBaseline
+from schemas import Counters
+from schemas.policy import Policy
 
 CheckKind = Literal["ib_write_bw", "nccl_allreduce", "counters", "other"]
 Verdict = Literal["passed", "failed", "unconfigured"]
@@ -121,3 +123,52 @@ def judge_probes(check: str, probes: Iterable[Mapping[str, Any]], *, rail: int,
                                         f"pinned baseline", measured_out)
     return ProbeJudgement("failed", f"{check}: {text}; below {fraction:.0%} of the pinned "
                                     f"baseline", measured_out)
+
+
+# Detections of the counter detector that mean the link is not clean (saturation, congestion
+# and the plan's width/speed are judged elsewhere).
+SOAK_FAILS = frozenset({"error_rate", "ber", "flap"})
+
+
+def hysteresis_policy(policy: Policy, normal: Mapping[str, float]) -> Policy:
+    """The stream's policy with the *normal* thresholds in place of the error thresholds:
+    what the counter detector must not fire on for the whole soak. The port's own baseline
+    excuses nothing here (factor 1): a link that was bad does not set its own floor."""
+    fh = policy.fabric_health
+    er = fh.error_rates.model_copy(update={
+        "symbol_errors_per_hour": normal["symbol_errors_per_hour"],
+        "link_error_recovery_per_hour": normal["link_error_recovery_per_hour"],
+        "rcv_errors_per_hour": normal["rcv_errors_per_hour"],
+        "xmit_discards_per_hour": normal["xmit_discards_per_hour"], "baseline_factor": 1.0})
+    ber = fh.ber.model_copy(update={k: normal[k] for k in (
+        "raw_ber_copper", "raw_ber_optic", "effective_ber", "symbol_ber")})
+    return policy.model_copy(update={"fabric_health": fh.model_copy(
+        update={"error_rates": er, "ber": ber})})
+
+
+def judge_soak(samples: Sequence[Counters], normal: Mapping[str, float], *,
+               policy: Policy | None = None) -> tuple[bool, str, dict[str, Any]]:
+    """Replay the soak's counter samples of one port (oldest first) through the stream's own
+    counter detector with the normal thresholds; any error-rate or BER episode, or more
+    link-downs than ``max_link_downs``, fails it. No sample is no evidence: fails."""
+    from streams.counters.logic import CountersDetector
+
+    if not samples:
+        return False, "no counter sample during the soak (nobody measured the link)", {}
+    detector = CountersDetector(hysteresis_policy(policy or Policy(), normal))
+    state = None
+    fired: list[str] = []
+    downs = 0
+    for event in samples:
+        state, detections, link_downs = detector.step(state, event)
+        fired += [f"{d.detection}" for d in detections if str(d.detection) in SOAK_FAILS]
+        downs += sum(c.increase for c in link_downs)
+    allowed = int(normal.get("max_link_downs", 0))
+    measured = {"samples": len(samples), "episodes": sorted(set(fired)), "link_downs": downs,
+                "max_link_downs": allowed}
+    if fired or downs > allowed:
+        why = ", ".join(sorted(set(fired))) or "no episode"
+        return False, (f"above the normal thresholds during the soak: {why}; {downs} "
+                       f"link-down(s) (at most {allowed})"), measured
+    return True, (f"below the normal thresholds for the whole soak ({len(samples)} samples, "
+                  f"{downs} link-down(s))"), measured
