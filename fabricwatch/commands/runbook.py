@@ -230,6 +230,13 @@ def show_command(ident: str, as_json: bool) -> None:
         click.echo(f"  found isolated: {st.found_isolated}")
     if st.needs_human:
         click.echo(f"  NEEDS A HUMAN: {st.needs_human}  (port: {st.port_state})")
+    for check, who in st.waived.items():
+        click.echo(f"  waived: {check} by {who}")
+    if st.measurements:
+        click.echo("  probation:")
+        for m in st.measurements[-6:]:  # the latest rounds
+            when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(m["ts"] / 1000))
+            click.echo(f"    {when} round {m['round']} {m['detail']}")
     click.echo("  detections:")
     for d in st.detections:
         click.echo(f"    {d.detection} {d.severity} {d.id}")
