@@ -69,6 +69,9 @@ async def run_tool(tool: str, argv: Sequence[str], timeout_s: float) -> ToolOutp
         await proc.wait()
         return ToolOutput(tool=tool, output=f"timed out after {timeout_s:.0f} s",
                           exit_code=None, argv=tuple(argv))
+    except asyncio.CancelledError:
+        proc.kill()  # the activity was cancelled: the tool must not run on
+        raise
     text = out.decode("utf-8", errors="replace")
     if len(text) > MAX_OUTPUT:
         text = text[:MAX_OUTPUT] + f"\n[truncated at {MAX_OUTPUT} bytes]"

@@ -8,9 +8,11 @@ mode the changing activities touch nothing and return what they would have done.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import time
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, TypeVar
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -48,6 +50,7 @@ from workflows.remediation.models import (
 )
 from workflows.remediation.probation import PROBE_KINDS, check_kind, judge_probes
 
+T = TypeVar("T")
 SOURCE = "fabricwatch"
 EXCERPT_LINES = 12
 
@@ -70,6 +73,24 @@ _MAX_AHEAD_MS = 23 * 3600 * 1000
 
 def event_ts(workflow_ms: int) -> int:
     return min(workflow_ms, _now_ms() + _MAX_AHEAD_MS)
+
+
+HEARTBEAT_EVERY_S = 30.0  # well inside the checks' heartbeat timeout (120 s)
+
+
+async def _heartbeating(call: Awaitable[T], what: str) -> T:
+    """Await ``call`` (an all-reduce sweep runs for minutes) while heartbeating, so a live
+    check is not taken for a dead worker."""
+    task = asyncio.ensure_future(call)
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=HEARTBEAT_EVERY_S)
+            if done:
+                return task.result()
+            activity.heartbeat(f"{what}: running")
+    except BaseException:
+        task.cancel()  # a cancelled activity stops its tool too
+        raise
 
 
 class FabricActivities:
@@ -253,9 +274,10 @@ class FabricActivities:
         try:
             soak = getattr(self.checker, "run_soak", None)
             if kind == "counters" and inp.normal and soak is not None:
-                out = await soak(inp.check, inp.port, inp.since_ms, inp.until_ms, inp.normal)
+                call = soak(inp.check, inp.port, inp.since_ms, inp.until_ms, inp.normal)
             else:
-                out = await self.checker.run(inp.check, inp.port, inp.since_ms)
+                call = self.checker.run(inp.check, inp.port, inp.since_ms)
+            out = await _heartbeating(call, inp.check)
         except AdapterRejected as exc:
             raise _rejected(exc) from None
         if out.unconfigured:

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from ledger.baselines import PinnedBaseline
 from schemas.events import Topology, TopologyLink
 from schemas.policy import CheckCommand, Policy
-from workflows.adapters.base import AdapterRejected
+from workflows.adapters.base import AdapterRejected, CheckOutcome
 from workflows.adapters.tools import CommandChecker, FabricToolsEvidence, check_name
 from workflows.inventory import Inventory, rail_from_name, su_from_name
 from workflows.remediation.models import PortRef, RunbookConfig, remediation_workflow_id
@@ -285,3 +285,29 @@ def test_reconcile_reports_every_difference() -> None:
     # without the controller's set nothing is called stale: the check did not run
     blind = compare(runs, budgets, None)
     assert {d.kind for d in blind} == {"unverified_grant", "missing_grant"}
+
+
+async def test_a_long_check_heartbeats_while_it_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    import asyncio
+
+    from temporalio.testing import ActivityEnvironment
+
+    from workflows.remediation import activities as acts_mod
+    from workflows.remediation.activities import FabricActivities
+    from workflows.remediation.models import CheckInput
+
+    class Slow:
+        async def run(self, check: str, port: PortRef, since_ms: int) -> CheckOutcome:
+            await asyncio.sleep(0.2)
+            return CheckOutcome(True, "slow but fine")
+
+    monkeypatch.setattr(acts_mod, "HEARTBEAT_EVERY_S", 0.02)
+    acts = FabricActivities(records=None, controller=None, evidence=None,  # type: ignore[arg-type]
+                            checker=Slow(), fencer=None, ticketing=None)  # type: ignore[arg-type]
+    env = ActivityEnvironment()
+    beats: list[object] = []
+    env.on_heartbeat = lambda *details: beats.append(details)
+    out = await env.run(acts.run_check, CheckInput(workflow_id="w", port=HOST_LINK,
+                                                   check="counters-clean-24h", since_ms=0))
+    assert out.passed and out.detail == "slow but fine"
+    assert len(beats) >= 4  # the first, then one every 20 ms while the check ran
