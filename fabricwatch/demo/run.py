@@ -188,6 +188,9 @@ class Demo:
             "FABRICWATCH_TEMPORAL__ADDRESS": self.settings.temporal.target,
             "FABRICWATCH_LEDGER__HTTP_PORT": str(self.settings.ledger.http_port),
             "PYTHONUNBUFFERED": "1",
+            # the children run in the state folder, whose `ledger` data folder would shadow the
+            # `ledger` package (a namespace package from the working directory) otherwise
+            "PYTHONSAFEPATH": "1",
         })
         return env
 
