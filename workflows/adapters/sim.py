@@ -147,11 +147,12 @@ class SimControllerAdapter:
         return await self._call(op)
 
 
-# What a healthy NDR rail carries in the simulator (the demo pins these as its baselines):
-# ib_write_bw at 64 KiB between a pair, the all-reduce canary at 1 GiB over 16 ranks.
+# What a healthy NDR rail carries in the simulator (the demo pins these as its baselines),
+# as sim.telemetry's probes measure it: ib_write_bw at 8 MiB between a pair (98 % of the
+# 400 Gb/s line), the all-reduce canary's bus bandwidth at 1 GiB over 16 ranks (92 %).
 SIM_PROBES: dict[str, tuple[int, int, float]] = {
-    "ib_write_bw": (65536, 2, 392.0),
-    "nccl_allreduce": (1 << 30, 16, 361.6),
+    "ib_write_bw": (8 << 20, 2, 392.0),
+    "nccl_allreduce": (1 << 30, 16, 368.0),
 }
 # A link whose repair did not take carries this share of it under probe traffic.
 FAULTY_FRACTION = 0.55

@@ -44,8 +44,8 @@ async def test_runbook_worker_process_end_to_end(wf_env: WorkflowEnvironment,
     cli = [sys.executable, "-c", "from fabricwatch.cli import main; main()"]
     # probation judges against pinned baselines: the operator pins the rail's first (before
     # the worker opens the embedded ledger, which has one process)
-    for probe, size, scale, gbps in (("ib_write_bw", 65536, 2, 392), (
-            "nccl_allreduce", 1 << 30, 16, 361.6)):
+    for probe, size, scale, gbps in (("ib_write_bw", 8 << 20, 2, 392), (
+            "nccl_allreduce", 1 << 30, 16, 368.0)):
         pinned = await asyncio.to_thread(
             subprocess.run, [*cli, "baseline", "pin", "--rail", "2", "--probe", probe,
                              "--size", str(size), "--scale", str(scale), "--gbps", str(gbps),
