@@ -22,7 +22,14 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 from schemas.errors import ContractError
@@ -238,6 +245,91 @@ class Runbook(_Section):
     repeat_human_after: int = Field(default=3, ge=1)
 
 
+class CheckCommand(_Section):
+    """One return-to-service check as an argument template for the real tool (never a shell).
+
+    ``prefix`` is the launcher (``srun -N2 -w {node},{peer} --`` or ``mpirun -H ...``) put
+    before ``argv``. Placeholders, each validated before substitution: ``{hca}`` (the host
+    HCA, ``mlx5_1``), ``{hca_port}``, ``{node}`` (the host behind the link), ``{peer}`` (the
+    probe partner on the same rail, or the other end's host for a reverse run), ``{rail}``,
+    ``{device}``, ``{port}`` (the isolated switch end). ``size`` is the message size whose
+    bandwidth is judged (default: the largest in the output), ``scale`` the ranks the probe
+    spans (the baseline's key: a 2-rank ib_write_bw and a 16-rank all-reduce differ).
+    """
+
+    argv: Annotated[list[str], Field(min_length=1)]
+    prefix: list[str] = Field(default_factory=list)
+    size: Annotated[int, Field(ge=0)] | None = None
+    scale: Annotated[int, Field(ge=1)] = 2
+    timeout: Seconds = 900.0
+    both_directions: bool = False  # run it again with node and peer swapped
+
+
+# The documented defaults an operator starts from (workflows/README.md); they are not
+# configured checks until written into ``probation.checks`` (or given to the worker as
+# ``--check NAME=default``), since the launcher and the partner hosts are the site's own.
+DEFAULT_CHECK_TEMPLATES: dict[str, dict[str, Any]] = {
+    "ib_write_bw-per-rail": {
+        "argv": ["ib_write_bw", "-d", "{hca}", "-i", "{hca_port}", "-F", "--report_gbits",
+                 "-D", "10", "{peer}"],
+        "prefix": ["srun", "-N1", "-w", "{node}", "--"], "size": 65536, "scale": 2,
+        "bothDirections": True},
+    "nccl-allreduce-baseline": {
+        "argv": ["all_reduce_perf", "-b", "8", "-e", "1G", "-f", "2", "-g", "1"],
+        "prefix": ["srun", "-N2", "-w", "{node},{peer}", "--ntasks-per-node=8", "--"],
+        "size": 1073741824, "scale": 16},
+}
+
+
+class NormalThresholds(_Section):
+    """Hysteresis: a link leaves probation only below these (not the error thresholds) for
+    the whole soak, like UFM's port-health plugin's de-isolation. Rates per hour."""
+
+    symbol_errors_per_hour: Annotated[float, Field(ge=0)] = 20.0
+    link_error_recovery_per_hour: Annotated[float, Field(ge=0)] = 0.0
+    rcv_errors_per_hour: Annotated[float, Field(ge=0)] = 20.0
+    xmit_discards_per_hour: Annotated[float, Field(ge=0)] = 100.0
+    raw_ber_copper: Annotated[float, Field(gt=0)] = 1e-7
+    raw_ber_optic: Annotated[float, Field(gt=0)] = 1e-6
+    effective_ber: Annotated[float, Field(gt=0)] = 1e-12
+    symbol_ber: Annotated[float, Field(gt=0)] = 5e-15  # 7 symbol errors an hour at NDR 4X
+    max_link_downs: Annotated[int, Field(ge=0)] = 0
+
+
+class Probation(_Section):
+    """Return to service under traffic: the link re-enabled with the node's rail still
+    fenced, probes against pinned baselines, then the clean-counter soak
+    (``runbook.cleanCountersWait``) with the probes repeating every ``probeInterval``.
+
+    ``waive`` lists checks that are not run (recorded as waived, with ``waivedBy``, on every
+    runbook they affect); any other check without a configured command fails closed.
+    """
+
+    slo_fraction: Fraction = 0.9  # of the pinned baseline (the fabric's health SLO)
+    probe_interval: Seconds = 3600.0
+    waive: list[str] = Field(default_factory=list)
+    waived_by: str | None = None
+    waive_reason: str | None = None
+    checks: dict[str, CheckCommand] = Field(default_factory=dict)
+    # the probe partner per rail: a host known healthy whose HCA on that rail answers the
+    # ib_write_bw / all-reduce of a link in probation ({peer} in the templates)
+    partners: dict[int, str] = Field(default_factory=dict)
+    normal: NormalThresholds = NormalThresholds()
+
+    @model_validator(mode="after")
+    def _waiver_has_owner(self) -> Probation:
+        if self.waive and not (self.waived_by or "").strip():
+            raise ValueError("waive needs waivedBy: who decided these checks are not run")
+        if self.probe_interval <= 0:
+            raise ValueError("probeInterval must be more than 0")
+        return self
+
+    def waived(self) -> dict[str, str]:
+        """check -> who waived it (and why), for the runbook's records."""
+        why = f" ({self.waive_reason})" if self.waive_reason else ""
+        return {c: f"{self.waived_by}{why}" for c in self.waive}
+
+
 class IsolateEnd(_Section):
     """Which end of a cable the runbook isolates."""
 
@@ -259,6 +351,7 @@ class FabricHealth(_Section):
     shadow: Shadow = Shadow()
     runbook: Runbook = Runbook()
     isolate_end: IsolateEnd = IsolateEnd()
+    probation: Probation = Probation()
     repair_ladder: Annotated[list[str], Field(min_length=1)] = Field(
         default_factory=lambda: ["clean-and-reseat", "swap-optic", "swap-cable",
                                  "swap-switch-port"])

@@ -64,6 +64,7 @@ IB_WRITE_BW_EFFICIENCY = 0.98  # ib_write_bw at 8 MiB reaches about 98 % of the 
 NCCL_BUSBW_EFFICIENCY = 0.92
 IB_WRITE_BW_SIZE = 8 * 1024 * 1024
 NCCL_SIZE = 1024 * 1024 * 1024
+PROBATION_STEPS = 60  # a link back from isolation is probed every step for this many
 # xmit_wait ticks per second on a busy port, and on a polarized (hot) uplink.
 XMIT_WAIT_BUSY = 20_000.0
 XMIT_WAIT_HOT = 5_000_000.0
@@ -197,6 +198,11 @@ class Simulator:
         self.rebooting: set[str] = set()
         self._fault_links: list[list[int]] = [self._links_of(f) for f in self.faults]
         self._seen_isolated: frozenset[str] = frozenset()
+        # links back from isolation (a runbook's probation): probed every step until this
+        # step, in both directions, so they carry traffic and a fault that is still there
+        # shows (slow probes, and the errors the traffic meets)
+        self._probation: dict[int, int] = {}
+        self._node_pos: dict[str, int] = {}
         self._seen_resets: dict[str, int] = {}
         self._seen_repaired: dict[str, int] = {}
         self._serial = -1
@@ -282,6 +288,10 @@ class Simulator:
             probes = self.probe_round(t1, rng)
             out.probes = len(probes)
             out.messages.extend(probes)
+        if self._probation:
+            probes = self.probation_probes(t1, rng)
+            out.probes += len(probes)
+            out.messages.extend(probes)
         if self.topology_every and self.step_no % self.topology_every == 1 % self.topology_every:
             out.messages.append(self.topology_message(t1))
             out.topology = True
@@ -327,6 +337,9 @@ class Simulator:
             self._isolate(key, add=True, t=t, events=events)
         for key in sorted(self._seen_isolated - view.isolated):
             self._isolate(key, add=False, t=t, events=events)
+            pi = self._port_of_key(key)
+            if pi is not None:
+                self._probation[self.p_link[pi]] = self.step_no + PROBATION_STEPS
         self._seen_isolated = view.isolated
         for key, seq in view.resets.items():
             if seq != self._seen_resets.get(key):
@@ -778,6 +791,34 @@ class Simulator:
                 if len(group) > 1:
                     out.append(self.probe_message("nccl_allreduce", group[0], group[-1], rail,
                                                   ts, rng, group=group))
+        return out
+
+    def probation_probes(self, ts: int, rng: random.Random) -> list[Message]:
+        """ib_write_bw across each link in probation, both ways, between the host behind it
+        and the next host of its SU on the rail (a link with no host end is not probed)."""
+        out: list[Message] = []
+        nodes = self.fabric.nodes
+        per_su = self.fabric.params.nodes_per_su
+        for li, until in sorted(self._probation.items()):
+            link = self.links[li]
+            hosts = [d for d, _ in link.ends() if "/mlx5_" in d]
+            if self.step_no > until or self.l_disabled[li] or not hosts:
+                del self._probation[li]  # over, isolated again, or not a host link
+                continue
+            node, _, rail_text = hosts[0].partition("/mlx5_")
+            if node not in self._node_pos:
+                self._node_pos.update({n: i for i, n in enumerate(nodes)})
+            i = self._node_pos.get(node)
+            if i is None or not rail_text.isdigit():
+                del self._probation[li]
+                continue
+            su, pos = divmod(i, per_su)
+            j = su * per_su + (pos + 1) % per_su
+            if j == i or j >= len(nodes):
+                continue
+            rail = int(rail_text)
+            out.append(self.probe_message("ib_write_bw", node, nodes[j], rail, ts, rng))
+            out.append(self.probe_message("ib_write_bw", nodes[j], node, rail, ts, rng))
         return out
 
     def probe_message(self, probe: str, src: str, dst: str, rail: int, ts: int,

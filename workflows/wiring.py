@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import SecretStr
 
 from fabricwatch.settings import SecretFileError, Settings, read_secret
+from schemas.policy import CheckCommand
 from workflows.adapters.base import Checker, Controller, EvidenceSource, NodeFencer, RecordSink
 from workflows.remediation.activities import FabricActivities
 
@@ -49,7 +50,11 @@ class WiringOptions:
     k8s: bool = False
     verify_tls: bool = True
     ca: str | None = None  # the local HCA for perfquery (-C)
-    check_commands: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    # return-to-service checks: argument templates (the policy's probation.checks, then
+    # runbook-worker --check), and the probe partner host per rail; a check without a
+    # command fails closed (the runbook holds for a human) unless the policy waives it
+    check_commands: Mapping[str, CheckCommand | Sequence[str]] = field(default_factory=dict)
+    probe_partners: Mapping[int, str] = field(default_factory=dict)
     # judge the clean-counter wait from the ledger's counter deltas (else the controller's view)
     counters_from_ledger: bool = False
 
@@ -152,7 +157,7 @@ async def build_activities(settings: Settings, opts: WiringOptions, stack: Async
         from workflows.adapters.tools import CommandChecker, FabricToolsEvidence
 
         evidence = FabricToolsEvidence(ca=opts.ca)
-        checker = CommandChecker(opts.check_commands)
+        checker = CommandChecker(opts.check_commands, partners=opts.probe_partners)
         controller = build_controller(settings, opts, records)
         close = getattr(controller, "aclose", None)
         if close is not None:
@@ -215,9 +220,12 @@ async def build_activities(settings: Settings, opts: WiringOptions, stack: Async
         stack.callback(handle.close)
         return handle
 
+    from workflows.adapters.baselines import LedgerBaselines
+
     return FabricActivities(records=records, controller=controller, evidence=evidence,
                             checker=checker, fencer=fencer, ticketing=ticketing,
-                            jobs=LedgerJobs(connect_jobs_ledger))
+                            jobs=LedgerJobs(connect_jobs_ledger),
+                            baselines=LedgerBaselines(connect_jobs_ledger))
 
 
 async def _records(settings: Settings, opts: WiringOptions, stack: AsyncExitStack

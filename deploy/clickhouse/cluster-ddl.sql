@@ -832,3 +832,25 @@ SELECT fabric, incident,
        argMax(su, ts) AS su, argMax(reason, ts) AS reason, max(ts) AS updated
 FROM incidents FINAL
 GROUP BY fabric, incident;
+
+-- migration 010_probe_baselines
+CREATE TABLE IF NOT EXISTS probe_baselines_local ON CLUSTER '{cluster}'
+(
+    fabric        LowCardinality(String),
+    rail          UInt16,
+    probe         LowCardinality(String),
+    size_bytes    UInt64,
+    scale         UInt32,
+    gbps          Float64,
+    active        UInt8,
+    pinned_by     String,
+    ts            DateTime64(3, 'UTC'),
+    links         Array(String),
+    note          Nullable(String)
+)
+ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/{database}/probe_baselines_local', '{replica}', ts)
+ORDER BY (fabric, rail, probe, size_bytes, scale)
+TTL toDateTime(ts) + INTERVAL 400 DAY;
+
+CREATE TABLE IF NOT EXISTS probe_baselines ON CLUSTER '{cluster}' AS probe_baselines_local
+ENGINE = Distributed('{cluster}', currentDatabase(), probe_baselines_local, cityHash64(fabric, rail));

@@ -230,6 +230,13 @@ def show_command(ident: str, as_json: bool) -> None:
         click.echo(f"  found isolated: {st.found_isolated}")
     if st.needs_human:
         click.echo(f"  NEEDS A HUMAN: {st.needs_human}  (port: {st.port_state})")
+    for check, who in st.waived.items():
+        click.echo(f"  waived: {check} by {who}")
+    if st.measurements:
+        click.echo("  probation:")
+        for m in st.measurements[-6:]:  # the latest rounds
+            when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(m["ts"] / 1000))
+            click.echo(f"    {when} round {m['round']} {m['detail']}")
     click.echo("  detections:")
     for d in st.detections:
         click.echo(f"    {d.detection} {d.severity} {d.id}")
@@ -440,6 +447,14 @@ def reconcile_command(apply_: bool, controller: str, sim_state: Path | None, fmt
               default="controller", show_default=True,
               help="Judge the clean-counter wait by the controller's view (the simulator) or "
                    "by the ledger's counter deltas since the wait began.")
+@click.option("--check", "checks", multiple=True, metavar="NAME=ARGV",
+              help="A return-to-service check's command as an argument template, split like "
+                   "a shell word list but never run by one (e.g. 'ib_write_bw-per-rail="
+                   "ib_write_bw -d {hca} -i {hca_port} -F --report_gbits -D 10 {peer}'), or "
+                   "NAME=default for the documented default template. Overrides the policy's "
+                   "probation.checks. A check with no command fails closed.")
+@click.option("--probe-partner", "partners", multiple=True, metavar="RAIL=HOST",
+              help="The healthy host that answers a link's probes on RAIL ({peer}).")
 @click.option("--dispatch/--no-dispatch", default=True, show_default=True,
               help="Also consume fabric.detections and start runbooks.")
 @click.option("--audit-plan", type=click.Path(path_type=Path, dir_okay=False), default=None,
@@ -451,7 +466,8 @@ def reconcile_command(apply_: bool, controller: str, sim_state: Path | None, fmt
 def runbook_worker_command(policy_path: Path | None, controller: str, records: str,
                            sim_state: Path | None, inventory_path: Path | None,
                            ticket_webhook: str | None, k8s: bool, kubeconfig: str | None,
-                           topology_path: Path | None, counters_check: str, dispatch: bool,
+                           topology_path: Path | None, counters_check: str,
+                           checks: tuple[str, ...], partners: tuple[str, ...], dispatch: bool,
                            audit_plan: Path | None, audit_discovered: Path | None,
                            loglevel: str) -> None:
     """Run the Temporal worker of the runbooks (and the dispatcher) until stopped."""
@@ -476,10 +492,12 @@ def runbook_worker_command(policy_path: Path | None, controller: str, records: s
         except (OSError, ContractError) as exc:
             raise _fail(f"--topology {topology_path}: {exc}") from None
         inventory.load(topo)
+    commands, probe_partners = check_options(policy, checks, partners)
     opts = WiringOptions(controller=controller, records=records,  # type: ignore[arg-type]
                          sim_state_dir=sim_state, inventory_path=inventory_path,
                          topology=inventory, ticket_webhook=ticket_webhook, k8s=k8s,
-                         kubeconfig=kubeconfig, counters_from_ledger=counters_check == "ledger")
+                         kubeconfig=kubeconfig, counters_from_ledger=counters_check == "ledger",
+                         check_commands=commands, probe_partners=probe_partners)
     from workflows.wiring import check
 
     try:  # a bad inventory, M_Key or secret file: exit 2 now, before anything connects
@@ -502,6 +520,49 @@ def runbook_worker_command(policy_path: Path | None, controller: str, records: s
         raise _fail(f"{exc} (or run with --records kafka, or set FABRICWATCH_CLICKHOUSE_URL)"
                     ) from None
     _hard_exit(0)  # stopped cleanly (ledger closed, worker drained)
+
+
+def check_options(policy: Policy, checks: tuple[str, ...], partners: tuple[str, ...]
+                  ) -> tuple[dict[str, Any], dict[int, str]]:
+    """The check commands and probe partners: the policy's, then the options (exit 2 on a
+    malformed one)."""
+    import shlex
+
+    from pydantic import ValidationError
+
+    from schemas.policy import DEFAULT_CHECK_TEMPLATES, CheckCommand
+    from workflows.adapters.tools import check_name
+
+    prob = policy.fabric_health.probation
+    commands: dict[str, Any] = dict(prob.checks)
+    for item in checks:
+        name, sep, text = item.partition("=")
+        name = name.strip()
+        if not sep or not name or not text.strip():
+            raise _fail(f"--check {item!r}: give NAME=ARGV")
+        try:
+            if text.strip() == "default":
+                if name not in DEFAULT_CHECK_TEMPLATES:
+                    raise _fail(f"--check {name}=default: no default for {name} (defaults: "
+                                f"{', '.join(DEFAULT_CHECK_TEMPLATES)})")
+                commands[name] = CheckCommand.model_validate(DEFAULT_CHECK_TEMPLATES[name])
+            else:
+                base = prob.checks.get(name)
+                argv = shlex.split(text)
+                commands[name] = (base.model_copy(update={"argv": argv}) if base is not None
+                                  else CheckCommand(argv=argv))
+        except (ValueError, ValidationError) as exc:
+            raise _fail(f"--check {name}: {exc}") from None
+    found: dict[int, str] = dict(prob.partners)
+    for item in partners:
+        rail, sep, host = item.partition("=")
+        try:
+            if not sep or not rail.strip().isdigit():
+                raise ValueError("give RAIL=HOST")
+            found[int(rail)] = check_name(host.strip(), "probe partner")
+        except Exception as exc:  # noqa: BLE001 - AdapterRejected or ValueError: one message
+            raise _fail(f"--probe-partner {item!r}: {exc}") from None
+    return commands, found
 
 
 async def _serve(settings: Settings, policy: Policy, inventory: Any, opts: Any, *,

@@ -152,6 +152,29 @@ class Demo:
             fabric = generate(self.opts.preset)
             topo.write_text(fabric.to_ibnetdiscover())
             (self.demo_dir / "plan.csv").write_text(fabric.to_plan_csv())
+        self._pin_baselines()
+
+    def _pin_baselines(self) -> None:
+        """Probation judges a repaired link against pinned baselines: the demo pins what the
+        simulator's healthy rails carry, with ``fabricwatch baseline pin`` as an operator
+        would (before the ledger's owner starts: the embedded ledger has one process)."""
+        import subprocess
+
+        from sim.topology import resolve_params
+        from workflows.adapters.sim import SIM_PROBES
+
+        rails = [arg for r in range(resolve_params(self.scenario.ib_preset).rails)
+                 for arg in ("--rail", str(r))]
+        for probe, (size, scale, gbps) in SIM_PROBES.items():
+            argv = [sys.executable, "-m", "fabricwatch", "baseline", "pin", "--probe", probe,
+                    "--size", str(size), "--scale", str(scale), "--gbps", str(gbps),
+                    "--actor", "fabricwatch-demo", "--note", "the simulator's healthy rail",
+                    *rails]
+            done = subprocess.run(argv, env=self._env(), cwd=self.state_dir,  # noqa: S603
+                                  capture_output=True, text=True, check=False, timeout=120)
+            if done.returncode != 0:
+                raise DemoError(f"pinning the {probe} baselines failed: "
+                                f"{done.stderr.strip()[-500:]}")
 
     def _env(self) -> dict[str, str]:
         import os
@@ -166,6 +189,9 @@ class Demo:
             "FABRICWATCH_TEMPORAL__ADDRESS": self.settings.temporal.target,
             "FABRICWATCH_LEDGER__HTTP_PORT": str(self.settings.ledger.http_port),
             "PYTHONUNBUFFERED": "1",
+            # the children run in the state folder, whose `ledger` data folder would shadow the
+            # `ledger` package (a namespace package from the working directory) otherwise
+            "PYTHONSAFEPATH": "1",
         })
         return env
 

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel, Field
 
 from fabricwatch.report.bins import bin_starts, bin_width_s, filled
+from workflows.remediation.probation import probation_outcomes
 
 
 class Queryable(Protocol):
@@ -219,6 +220,10 @@ class Report(BaseModel):
     # Port states now (not windowed): ok / down / isolated / unknown (stopped reporting).
     ports_by_status: dict[str, int] = Field(default_factory=dict)
     unknown_ports: list[tuple[str, int]] = Field(default_factory=list)  # ("dev:port", since)
+    # probation: every probation record and check result (workflow_id, ts_ms, step, outcome,
+    # note), and per runbook passed / failed / waiting on a human
+    probation_records: list[dict[str, Any]] = Field(default_factory=list)
+    probation_outcomes: dict[str, int] = Field(default_factory=dict)
     temporal_ui: str | None = None
 
 
@@ -316,6 +321,10 @@ def build_report(ledger: Queryable, *, since_ms: int, until_ms: int,
         rows("isolation_runs"), rows("isolation_asks"))
     report.jobs, report.touched = job_section(ledger, since_ms=since_ms, until_ms=until_ms,
                                               max_rows=max_rows)
+    records = rows("probation_records")
+    report.probation_records = records[:max_rows * 5]
+    report.probation_outcomes = probation_outcomes(r for r in records
+                                                   if r["step"] == "probation")
     report.ports_by_status = {str(r["status"]): int(r["n"]) for r in rows("ports_by_status")}
     report.unknown_ports = [(f"{r['device']}:{r['port']}", int(r["since_ms"]))
                             for r in rows("unknown_ports")[:max_rows]]

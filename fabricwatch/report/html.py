@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 from collections import defaultdict
 from html import escape
@@ -15,6 +16,7 @@ from fabricwatch.report.build import (
     runbooks_by_decision,
 )
 from fabricwatch.report.svg import bar_chart, heatmap, line_chart, timelines
+from fabricwatch.report.terminal import return_to_service_line
 
 _CSS = """
 body{font-family:system-ui,sans-serif;margin:24px auto;max-width:1100px;color:#111827}
@@ -312,6 +314,20 @@ def render_html(report: Report) -> str:
             segs.append((ts / 1000, max(end, ts + 1) / 1000, f"{step} ({outcome})"))
         lanes.append((rb.workflow_id.removeprefix("remediate/"), segs))
     parts.append(timelines("runbook steps over time", lanes))
+    if report.probation_records:
+        parts.append("<h2>Probation</h2>")
+        parts.append(f"<p>{escape(return_to_service_line(report.probation_outcomes))}. The "
+                     "link carries probe traffic with its node's rail still fenced; each "
+                     "probe is judged against the pinned baseline.</p>")
+        parts.append("<table><tr><th>time (UTC)</th><th>runbook</th><th>step</th>"
+                     "<th>outcome</th><th>measurement</th></tr>")
+        for r in report.probation_records[:400]:
+            when = dt.datetime.fromtimestamp(int(r["ts_ms"]) / 1000, dt.UTC)
+            parts.append(f"<tr><td>{when:%Y-%m-%d %H:%M:%S}</td>"
+                         f"<td>{escape(str(r['workflow_id']).removeprefix('remediate/'))}</td>"
+                         f"<td>{escape(str(r['step']))}</td><td>{escape(str(r['outcome']))}"
+                         f"</td><td>{escape(str(r.get('note') or ''))}</td></tr>")
+        parts.append("</table>")
     if report.temporal_ui:
         ui = escape(report.temporal_ui)
         parts.append(f"<p>Each runbook's full history: <a href='{ui}'>{ui}</a> "

@@ -129,5 +129,15 @@ def print_summary(report: Report, console: Console) -> None:
     decisions = runbooks_by_decision(report.runbooks)
     if decisions:
         console.print("runbooks: " + ", ".join(f"{n} {d}" for d, n in sorted(decisions.items())))
+    if report.probation_outcomes:
+        console.print(return_to_service_line(report.probation_outcomes))
     if report.temporal_ui:
         console.print(f"runbook histories: {report.temporal_ui}")
+
+
+def return_to_service_line(outcomes: dict[str, int]) -> str:
+    """The summary line for return to service (probation under traffic)."""
+    return (f"return to service: {outcomes.get('passed', 0)} runbook(s) passed probation, "
+            f"{outcomes.get('failed', 0)} failed it ({outcomes.get('failures', 0)} failure(s), "
+            f"each isolated again for the next rung), {outcomes.get('waiting_on_human', 0)} "
+            f"wait on a human")

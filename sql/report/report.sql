@@ -74,6 +74,14 @@ SELECT workflow_id, toUnixTimestamp64Milli(ts) AS ts_ms, step, outcome FROM acti
 WHERE ts >= fromUnixTimestamp64Milli({since:Int64}) AND ts < fromUnixTimestamp64Milli({until:Int64})
 ORDER BY workflow_id, ts_ms, id LIMIT 20000;
 
+-- name: probation_records
+-- Return to service under traffic: each runbook's probation records and the checks' results
+-- (the measurement against the pinned baseline is in the note), in time order.
+SELECT workflow_id, toUnixTimestamp64Milli(ts) AS ts_ms, step, outcome, note FROM actions FINAL
+WHERE (step = 'probation' OR step LIKE 'check:%') AND dry_run = 0
+  AND ts >= fromUnixTimestamp64Milli({since:Int64}) AND ts < fromUnixTimestamp64Milli({until:Int64})
+ORDER BY workflow_id, ts_ms, id LIMIT 5000;
+
 -- name: job_fabrics
 -- The fabrics with job placements (the report's jobs section reads each).
 SELECT DISTINCT fabric FROM job_placements FINAL

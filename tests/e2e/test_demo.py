@@ -55,6 +55,9 @@ def test_shortened_demo_detects_every_fault_and_decides_every_runbook(tmp_path: 
     held = [v for v in result.runbooks.values() if v.state == "awaiting_approval"]
     assert held, outcomes
     assert all(v.done or v.state in DECIDED_STATES for v in result.runbooks.values())
+    # return to service went through probation: the summary line says how it went
+    text = console.export_text()
+    assert "return to service: " in text and "passed probation" in text, text[-3000:]
     # no SU's budget was exceeded
     for su, (in_use, limit) in result.breaker.items():
         assert in_use <= limit, su

@@ -42,9 +42,53 @@ async def save(handle: WorkflowHandle, name: str) -> None:  # type: ignore[type-
 
 
 async def scenarios(client: Client, tmp: Path, tickets: TicketServer) -> None:
-    """The cable runbook (the ``cable-runbook`` patch). The ``remediation_*`` and
-    ``budget_su`` histories were recorded before that patch and are kept as they are: they
-    prove that runbooks started before it still replay."""
+    """Probation (the ``probation`` patch, on top of ``cable-runbook``). The ``remediation_*``
+    and ``budget_su`` histories predate the cable patch, the ``cable_*`` ones the probation
+    patch; both are kept as they are: they prove that runbooks started before each still
+    replay (``cable_scenarios`` below recorded the latter and is kept for reference)."""
+    queue = "record-probation"
+    fabric = FileFabric(tmp / "probation")
+    async with running_worker(client, queue, fabric, tickets):
+        # 1. the reseat leaves the link slow: ib_write_bw fails in probation, the link is
+        #    isolated again; the new optic passes (a waived NCCL check recorded as waived)
+        fabric.script({"*": "clean-and-reseat"})
+        fabric.slow("leaf-su04-r1:1", 0.6)
+        inp = cable_input("leaf-su04-r1", 1, "node0301/mlx5_1", 1, su="su04")
+        waived = inp.config.probation.model_copy(update={  # type: ignore[union-attr]
+            "waived": {"nccl-allreduce-baseline": "ops-lead (no GPUs yet)"}})
+        inp = inp.model_copy(update={"config": inp.config.model_copy(update={
+            "probation": waived})})
+        h = await start(client, inp, queue)
+        await until(h, lambda s: s.waiting_for == "clean-and-reseat")
+        await h.execute_update(PortRemediation.complete_step,
+                               StepDone(step="clean-and-reseat", actor="tech"))
+        await until(h, lambda s: s.waiting_for == "swap-optic")
+        fabric.slow("leaf-su04-r1:1", 1.0)
+        await h.execute_update(PortRemediation.complete_step,
+                               StepDone(step="swap-optic", actor="tech"))
+        await h.result()
+        await save(h, "probation_slow_then_pass")
+
+        # 2. a re-flap during the soak fails the rung; abort while the next rung waits
+        inp = cable_input("leaf-su05-r1", 1, "node0401/mlx5_1", 1, su="su05")
+        inp = inp.model_copy(update={"config": inp.config.model_copy(update={
+            "clean_counters_wait_s": 3600.0})})
+        h = await start(client, inp, queue)
+        await until(h, lambda s: s.waiting_for == "clean-and-reseat")
+        await h.execute_update(PortRemediation.complete_step,
+                               StepDone(step="clean-and-reseat", actor="tech"))
+        await until(h, lambda s: s.state == "probation_soak")
+        await h.signal(PortRemediation.detection, inp.detection.model_copy(update={
+            "id": "soak-reflap", "episode": "ep-2"}))
+        await until(h, lambda s: s.waiting_for == "swap-optic")
+        await h.signal(PortRemediation.abort, AbortRequest(actor="lead", reason="test"))
+        await h.result()
+        await save(h, "probation_soak_reflap_abort")
+
+
+async def cable_scenarios(client: Client, tmp: Path, tickets: TicketServer) -> None:
+    """The cable runbook (the ``cable-runbook`` patch), as recorded before probation: running
+    it today would take the probation patch too, so its histories are no longer re-recorded."""
     queue = "record"
     fabric = FileFabric(tmp)
     async with running_worker(client, queue, fabric, tickets):
@@ -59,7 +103,7 @@ async def scenarios(client: Client, tmp: Path, tickets: TicketServer) -> None:
             "id": "peer-end", "device": "node0001/mlx5_1", "port": 1}))
         await h.execute_update(PortRemediation.complete_step,
                                StepDone(step="clean-and-reseat", actor="tech"))
-        await until(h, lambda s: s.state == "waiting_clean_counters")
+        await until(h, lambda s: s.state in ("waiting_clean_counters", "probation_soak"))
         await h.signal(PortRemediation.detection, inp.detection.model_copy(update={
             "id": "reflap", "episode": "ep-2"}))
         await until(h, lambda s: s.waiting_for == "swap-optic")

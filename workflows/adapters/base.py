@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from ledger.baselines import PinnedBaseline
 from schemas.events import ActionRecord, Detection, EvidenceRecord
 from workflows.remediation.models import PortRef
 
@@ -71,6 +72,9 @@ class CheckOutcome:
     passed: bool
     detail: str = ""
     measured: dict[str, Any] = field(default_factory=dict)
+    # the check could not be judged (no command, no baseline, tool missing): never a pass,
+    # and not the link's fault either; the runbook holds for a human
+    unconfigured: bool = False
 
 
 class Checker(Protocol):
@@ -111,3 +115,10 @@ class JobLookup(Protocol):
     async def touching(self, fabric: str, device: str, port: int, at_ms: int
                        ) -> dict[str, Any]: ...
 
+
+
+class BaselineStore(Protocol):
+    """Pinned probe baselines (the ledger's ``probe_baselines``): what a healthy link of a
+    rail carries, per (probe, size, scale)."""
+
+    async def pinned(self, fabric: str, rail: int | None = None) -> list[PinnedBaseline]: ...

@@ -20,6 +20,7 @@ from typing import Any, Protocol, TypeVar
 
 from workflows.adapters.base import CheckOutcome, ToolOutput
 from workflows.remediation.models import PortRef
+from workflows.remediation.probation import check_kind
 
 T = TypeVar("T")
 
@@ -118,6 +119,21 @@ class SimControllerAdapter:
     async def last_repair(self, port: PortRef) -> dict[str, Any] | None:
         return await self._call(lambda: self._load_repairs().get(port.key))
 
+    async def bandwidth_fraction(self, port: PortRef) -> float:
+        """The share of the nominal bandwidth the port carries (1.0 unless the simulator
+        says a repair left it slow)."""
+        probe = getattr(self._sim, "bandwidth_fraction", None)
+        if probe is None:
+            return 1.0
+        return float(await self._call(lambda: probe(port.device, port.port)))
+
+    async def soak_errors(self, port: PortRef) -> int:
+        """Errors the simulator counted on the port under probe traffic (0 if it cannot)."""
+        probe = getattr(self._sim, "soak_errors", None)
+        if probe is None:
+            return 0
+        return int(await self._call(lambda: probe(port.device, port.port)))
+
     async def health(self, port: PortRef) -> bool | None:
         """The running simulator's view of the port (True healthy); None when it has none
         (no ``is_healthy``, or no simulator has reported yet)."""
@@ -131,24 +147,73 @@ class SimControllerAdapter:
         return await self._call(op)
 
 
+# What a healthy NDR rail carries in the simulator (the demo pins these as its baselines),
+# as sim.telemetry's probes measure it: ib_write_bw at 8 MiB between a pair (98 % of the
+# 400 Gb/s line), the all-reduce canary's bus bandwidth at 1 GiB over 16 ranks (92 %).
+SIM_PROBES: dict[str, tuple[int, int, float]] = {
+    "ib_write_bw": (8 << 20, 2, 392.0),
+    "nccl_allreduce": (1 << 30, 16, 368.0),
+}
+# A link whose repair did not take carries this share of it under probe traffic.
+FAULTY_FRACTION = 0.55
+
+
 class SimChecker:
     """Return-to-service checks against the simulator.
 
-    A check passes when the simulator says the port is healthy, or (where it has no health
-    view) when the last repair rung on it reported the fault fixed.
+    The port's health is what the simulator says (or, where it has no health view, whether
+    the last repair rung fixed the fault). Probes (ib_write_bw, the all-reduce canary) return
+    measurements the runbook judges against the pinned baselines: a healthy link at the
+    nominal bandwidth (or the share the simulator's ``bandwidth_fraction`` gives a link a
+    repair left slow), a faulty one at ``FAULTY_FRACTION`` of it; ib_write_bw runs both
+    directions. The soak's counters are clean when the port is healthy and the simulator
+    counted no errors under the probe traffic (``soak_errors``).
     """
 
     def __init__(self, adapter: SimControllerAdapter) -> None:
         self._adapter = adapter
 
-    async def run(self, check: str, port: PortRef, since_ms: int) -> CheckOutcome:
+    async def _healthy(self, port: PortRef) -> tuple[bool, dict[str, Any] | None]:
         healthy = await self._adapter.health(port)
         repair = await self._adapter.last_repair(port)
         if healthy is None:
             healthy = bool(repair and repair.get("fixed"))
+        return healthy, repair
+
+    async def run(self, check: str, port: PortRef, since_ms: int) -> CheckOutcome:
+        healthy, repair = await self._healthy(port)
+        kind = check_kind(check)
+        if kind in SIM_PROBES:
+            size, scale, nominal = SIM_PROBES[kind]
+            share = await self._adapter.bandwidth_fraction(port) if healthy else FAULTY_FRACTION
+            runs = ["forward", "reverse"] if kind == "ib_write_bw" else ["allreduce"]
+            ends = [port.key, f"{port.peer_device}:{port.peer_port}"]
+            probes = [{"run": run, "probe": kind, "size_bytes": size,
+                       "bw_gbps": round(nominal * share, 3),
+                       "src": ends[i % 2], "dst": ends[(i + 1) % 2]}
+                      for i, run in enumerate(runs)]
+            return CheckOutcome(passed=True, detail=f"{check} on {port.key} (simulator)",
+                                measured={"probes": probes, "scale": scale, "size": size})
         detail = f"{check} on {port.key}: {'clean' if healthy else 'still faulty'} (simulator)"
         return CheckOutcome(passed=healthy, detail=detail,
                             measured={"since_ms": since_ms, "last_repair": repair})
+
+    async def run_soak(self, check: str, port: PortRef, since_ms: int, until_ms: int | None,
+                       normal: dict[str, float]) -> CheckOutcome:
+        """The soak's counters: no errors while the link carried the probes."""
+        healthy, repair = await self._healthy(port)
+        errors = await self._adapter.soak_errors(port)
+        limit = normal.get("symbol_errors_per_hour", 0.0)
+        hours = max(((until_ms or since_ms) - since_ms) / 3_600_000, 1e-9)
+        rate = errors / hours
+        clean = healthy and rate <= limit
+        measured = {"since_ms": since_ms, "until_ms": until_ms, "errors": errors,
+                    "errors_per_hour": round(rate, 3), "normal_per_hour": limit,
+                    "last_repair": repair}
+        detail = (f"{check} on {port.key}: {errors} error(s) under probe traffic "
+                  f"({rate:.1f}/h, normal at most {limit:g}/h)"
+                  + ("" if healthy else "; the fault is still there") + " (simulator)")
+        return CheckOutcome(passed=clean, detail=detail, measured=measured)
 
 
 class SimEvidence:

@@ -8,9 +8,11 @@ mode the changing activities touch nothing and return what they would have done.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import time
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, TypeVar
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -18,6 +20,7 @@ from temporalio.exceptions import ApplicationError
 from schemas.events import Action, ActionRecord, Detection, DetectionKind, EvidenceRecord, Severity
 from workflows.adapters.base import (
     AdapterRejected,
+    BaselineStore,
     Checker,
     Controller,
     EvidenceSource,
@@ -45,7 +48,9 @@ from workflows.remediation.models import (
     TicketInput,
     TicketResult,
 )
+from workflows.remediation.probation import PROBE_KINDS, check_kind, judge_probes
 
+T = TypeVar("T")
 SOURCE = "fabricwatch"
 EXCERPT_LINES = 12
 
@@ -70,13 +75,33 @@ def event_ts(workflow_ms: int) -> int:
     return min(workflow_ms, _now_ms() + _MAX_AHEAD_MS)
 
 
+HEARTBEAT_EVERY_S = 30.0  # well inside the checks' heartbeat timeout (120 s)
+
+
+async def _heartbeating(call: Awaitable[T], what: str) -> T:
+    """Await ``call`` (an all-reduce sweep runs for minutes) while heartbeating, so a live
+    check is not taken for a dead worker."""
+    task = asyncio.ensure_future(call)
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=HEARTBEAT_EVERY_S)
+            if done:
+                return task.result()
+            activity.heartbeat(f"{what}: running")
+    except BaseException:
+        task.cancel()  # a cancelled activity stops its tool too
+        raise
+
+
 class FabricActivities:
     """Activities of ``PortRemediation``; one instance per worker, clients injected."""
 
     def __init__(self, *, records: RecordSink, controller: Controller, evidence: EvidenceSource,
                  checker: Checker, fencer: NodeFencer, ticketing: Ticketing,
-                 jobs: JobLookup | None = None) -> None:
+                 jobs: JobLookup | None = None, baselines: BaselineStore | None = None
+                 ) -> None:
         self.records = records
+        self.baselines = baselines  # pinned probe baselines (probation judges against them)
         self.jobs = jobs
         self.controller = controller
         self.evidence = evidence
@@ -245,12 +270,56 @@ class FabricActivities:
         if inp.dry_run:
             return CheckResult(check=inp.check, passed=True, detail="would run")
         activity.heartbeat(inp.check)
+        kind = check_kind(inp.check)
         try:
-            out = await self.checker.run(inp.check, inp.port, inp.since_ms)
+            soak = getattr(self.checker, "run_soak", None)
+            if kind == "counters" and inp.normal and soak is not None:
+                call = soak(inp.check, inp.port, inp.since_ms, inp.until_ms, inp.normal)
+            else:
+                call = self.checker.run(inp.check, inp.port, inp.since_ms)
+            out = await _heartbeating(call, inp.check)
         except AdapterRejected as exc:
             raise _rejected(exc) from None
-        return CheckResult(check=inp.check, passed=out.passed, detail=out.detail,
-                           measured=dict(out.measured))
+        if out.unconfigured:
+            return CheckResult(check=inp.check, passed=False, unconfigured=True,
+                               detail=out.detail, measured=dict(out.measured))
+        if inp.slo_fraction is None or not out.passed or kind not in PROBE_KINDS:
+            return CheckResult(check=inp.check, passed=out.passed, detail=out.detail,
+                               measured=dict(out.measured))
+        return await self._judge(inp, out)
+
+    async def _judge(self, inp: CheckInput, out: Any) -> CheckResult:
+        """Probation: the measured bandwidth against the pinned baseline (fail closed)."""
+        probes = out.measured.get("probes")
+        rail = inp.port.rail
+        why = None
+        if not probes:
+            why = f"{inp.check}: the check reported no bandwidth measurement"
+        elif self.baselines is None:
+            why = f"{inp.check}: no baseline store on this worker (the ledger's baselines)"
+        elif rail is None:
+            why = f"{inp.check}: {inp.port.key} has no rail, so no baseline applies"
+        if why is not None:
+            return CheckResult(check=inp.check, passed=False, unconfigured=True, detail=why,
+                               measured=dict(out.measured))
+        assert self.baselines is not None and rail is not None  # noqa: S101 - checked above
+        try:
+            found = await self.baselines.pinned(inp.port.fabric, rail)
+        except Exception as exc:  # noqa: BLE001 - unread baselines judge nothing: fail closed
+            return CheckResult(check=inp.check, passed=False, unconfigured=True,
+                               detail=f"{inp.check}: baselines not read: {exc}"[:500],
+                               measured=dict(out.measured))
+        pinned = {(b.rail, b.probe, b.size_bytes, b.scale): b for b in found}
+        verdict = judge_probes(
+            inp.check, probes, rail=rail,
+            lookup=lambda r, probe, size, scale: pinned.get((r, probe, size, scale)),
+            fraction=inp.slo_fraction or 0.0, cable=inp.cable or [inp.port.key],
+            scale=int(out.measured.get("scale") or 2), size=out.measured.get("size"))
+        measured = {**verdict.measured, "argv": out.measured.get("argv")}
+        return CheckResult(check=inp.check, passed=verdict.verdict == "passed",
+                           unconfigured=verdict.verdict == "unconfigured",
+                           detail=verdict.detail,
+                           measured={k: v for k, v in measured.items() if v is not None})
 
     # --- tickets and pages ---------------------------------------------------------------
 

@@ -106,6 +106,15 @@ class ActivityTimeouts(_Model):
     controller_attempts: int = 20  # then the step goes to a human (needs_human)
 
 
+class ProbationConfig(_Model):
+    """Return to service under traffic (policy ``probation``), resolved at the start."""
+
+    slo_fraction: float = 0.9
+    probe_interval_s: float = 3600.0
+    waived: dict[str, str] = Field(default_factory=dict)  # check -> who waived it (why)
+    normal: dict[str, float] = Field(default_factory=dict)  # hysteresis thresholds
+
+
 class RunbookConfig(_Model):
     """The policy as this runbook sees it, resolved when it starts (workflows read no files)."""
 
@@ -122,6 +131,8 @@ class RunbookConfig(_Model):
     repeat_window_s: float = 30 * 86400.0
     repeat_next_rung_after: int = 2
     repeat_human_after: int = 3
+    # None: a runbook started before probation existed (its checks run with the port isolated)
+    probation: ProbationConfig | None = None
 
     @classmethod
     def from_policy(cls, policy: Policy, *, fabric: str, detection: str, su_ports: int,
@@ -144,6 +155,11 @@ class RunbookConfig(_Model):
             repeat_window_s=fh.runbook.repeat_window,
             repeat_next_rung_after=fh.runbook.repeat_next_rung_after,
             repeat_human_after=fh.runbook.repeat_human_after,
+            probation=ProbationConfig(
+                slo_fraction=fh.probation.slo_fraction,
+                probe_interval_s=fh.probation.probe_interval,
+                waived=fh.probation.waived(),
+                normal=fh.probation.normal.model_dump()),
         )
 
 
@@ -233,6 +249,7 @@ def evidence_outcome(items: list[EvidenceItem]) -> tuple[Literal["done", "failed
 
 
 State = Literal["running", "awaiting_technician", "awaiting_approval", "waiting_clean_counters",
+                "probation", "probation_soak",
                 "escalated", "needs_human", "awaiting_handover", "returned_to_service",
                 "aborted", "expired", "shadow_done", "handed_to_human", "ignored"]
 
@@ -259,6 +276,8 @@ class RemediationStatus(_Model):
     found_isolated: str | None = None  # who/what had it isolated, as far as the controller says
     needs_human: str | None = None  # why a human must act now
     port_state: dict[str, Any] | None = None  # the port's state as last read back
+    waived: dict[str, str] = Field(default_factory=dict)  # checks not run, and who waived them
+    measurements: list[dict[str, Any]] = Field(default_factory=list)  # probation's probes
 
 
 class RemediationResult(_Model):
@@ -361,6 +380,12 @@ class CheckInput(_Model):
     check: str
     since_ms: int  # the clean-counter check looks at counters since this time
     dry_run: bool = False
+    # probation: judge the probes against the pinned baseline at this fraction of it, and
+    # the soak's counters against the normal (hysteresis) thresholds
+    slo_fraction: float | None = None
+    cable: list[str] = Field(default_factory=list)  # the ends under repair (device:port)
+    normal: dict[str, float] = Field(default_factory=dict)
+    until_ms: int | None = None  # the soak's end (workflow time)
 
 
 class CheckResult(_Model):
@@ -368,6 +393,7 @@ class CheckResult(_Model):
     passed: bool
     detail: str = ""
     measured: dict[str, Any] = Field(default_factory=dict)
+    unconfigured: bool = False  # could not be judged: a human must configure or waive it
 
 
 class TicketInput(_Model):

@@ -81,11 +81,15 @@ with workflow.unsafe.imports_passed_through():
         TicketInput,
         evidence_outcome,
     )
+    from workflows.remediation.probation import FAILED_NOTE, HOLD_NOTE, PASSED_NOTE, check_kind
 
 Outcome = Literal["done", "refused", "failed", "skipped", "dry_run"]
 
 # The one patch of the cable runbook (issue 18's behaviour); see the module docstring.
 CABLE_PATCH = "cable-runbook"
+# Return to service under traffic (probation); taken once at the start, after CABLE_PATCH,
+# and only by a run whose input carries a probation config.
+PROBATION_PATCH = "probation"
 
 # Retry policies, by what a failure means:
 # - ledger writes and budget calls: transient (ledger busy, server restarting); retry for
@@ -154,6 +158,8 @@ class PortRemediation:
         self._left_isolated = False
         self._serials: dict[str, str] = {}
         self._prior_episodes = {e for r in inp.prior for e in r.episodes}
+        self._v3 = False  # the probation patch applies (set first thing in run)
+        self._measurements: list[dict[str, Any]] = []
 
     # --- signals, updates, queries ------------------------------------------------------
 
@@ -207,7 +213,9 @@ class PortRemediation:
             ticket=self._ticket, budget_held=self._granted, detections=list(self._detections),
             history=list(self._history), evidence=list(self._evidence), peer=self._peer,
             cable=self._cable(), isolated_end=self._port.key, owned=self._owned,
-            found_isolated=self._found, needs_human=self._needs, port_state=self._port_state)
+            found_isolated=self._found, needs_human=self._needs, port_state=self._port_state,
+            waived=dict(self._cfg.probation.waived) if self._v3 and self._cfg.probation else {},
+            measurements=list(self._measurements))
 
     def _cable(self) -> list[str]:
         ends = [self._port.key] + ([self._peer.key] if self._peer is not None else [])
@@ -395,6 +403,8 @@ class PortRemediation:
     @workflow.run
     async def run(self, inp: RemediationInput) -> RemediationResult:
         self._v2 = workflow.patched(CABLE_PATCH)
+        self._v3 = (self._v2 and inp.config.probation is not None
+                    and workflow.patched(PROBATION_PATCH))
         await self._record("detection", "done", note=(
             f"{inp.detection.detection} ({inp.detection.severity}) {inp.detection.id}; "
             f"runbook {'in shadow mode' if self._dry else 'started'}"
@@ -636,8 +646,16 @@ class PortRemediation:
         """Shadow mode after the ticket: record the ladder and checks it would walk."""
         for rung in self._cfg.ladder:
             await self._record(f"ladder:{rung}", "dry_run", note="would wait for a technician")
+        waived = self._cfg.probation.waived if self._v3 and self._cfg.probation else {}
+        if self._v3:
+            await self._record("probation", "dry_run", note=(
+                "would re-enable the link with the rail fenced and probe it"))
         for check in self._cfg.checks:
-            await self._record(f"check:{check}", "dry_run", note="would run")
+            if check in waived:
+                await self._record(f"check:{check}", "skipped", note=f"waived by "
+                                                                     f"{waived[check]}")
+            else:
+                await self._record(f"check:{check}", "dry_run", note="would run")
         await self._record("return", "dry_run", note="would un-isolate, unfence, close the "
                                                      "ticket and release the budget")
         return await self._finish("shadow_done")
@@ -732,6 +750,8 @@ class PortRemediation:
 
     async def _checks(self) -> bool:
         """The return-to-service checks, in policy order; False at the first failure."""
+        if self._v3:
+            return await self._probation()
         wid = workflow.info().workflow_id
         mark = len(self._detections)
 
@@ -769,6 +789,161 @@ class PortRemediation:
             if reflapped():
                 return await self._reflap(check, mark)
         return True
+
+    # --- probation: return to service under traffic -------------------------------------
+
+    async def _probation(self) -> bool:
+        """Re-enable the link with the node's rail still fenced, probe it against the pinned
+        baselines, soak it under repeating probes, and judge its counters against the normal
+        thresholds. False: it failed (isolated again, the ladder moves on). A check that
+        cannot be judged isolates the link again and holds for a human; approve runs the
+        probation again from the start."""
+        while True:
+            verdict = await self._probation_once()
+            if verdict != "hold":
+                return verdict == "passed"
+
+    def _fence_note(self) -> str:
+        if self._fenced:
+            return f"rail {self._port.rail} of {self._port.node} stays fenced"
+        return "no node fence behind this port"
+
+    async def _probation_once(self) -> str:
+        pc = self._cfg.probation
+        assert pc is not None  # noqa: S101 - _v3 implies it
+        mark = len(self._detections)
+
+        def reflapped() -> bool:
+            return len(self._detections) > mark
+
+        if self._isolated and not self._owned:
+            await self._handover()  # found isolated: it carries traffic only once handed over
+        self._step = "probation"
+        self._state = "probation"
+        if self._isolated:
+            res = await self._control(FabricActivities.unisolate_port, "unisolate")
+            self._isolated = False
+            # "unisolate" is the step the ledger's port state follows (006)
+            await self._record("unisolate", "done", note=(
+                f"re-enabled for probation; {self._fence_note()}: {res.detail}"),
+                before=res.before, after=res.after)
+        await self._record("probation", "done", note=(
+            f"probation: the link carries probe traffic, {self._fence_note()}"))
+        for check in self._cfg.checks:
+            if check in pc.waived:
+                await self._record(f"check:{check}", "skipped",
+                                   note=f"waived by {pc.waived[check]}; not run")
+        probes = [c for c in self._cfg.checks
+                  if check_kind(c) != "counters" and c not in pc.waived]
+        soaks = [c for c in self._cfg.checks
+                 if check_kind(c) == "counters" and c not in pc.waived]
+        verdict = await self._probe_round(probes, 0, mark)
+        if verdict is not None:
+            return verdict
+        rnd = 1
+        for check in soaks:
+            self._check_abort()
+            self._step = f"check:{check}"
+            await self._control(FabricActivities.reset_counters, "reset")
+            since = self._now_ms()
+            until = since + int(self._cfg.clean_counters_wait_s * 1000)
+            self._state = "probation_soak"
+            # Durable timers: the probes repeat every probe interval so the link carries
+            # traffic; a detection on the cable (the stream watches the link, now up) or a
+            # failed probe ends the soak at once.
+            while self._now_ms() < until:
+                left = (until - self._now_ms()) / 1000
+                await self._wait(reflapped, min(pc.probe_interval_s, left))
+                if reflapped():
+                    return await self._probation_failed(check, None, mark)
+                if self._now_ms() >= until:
+                    break
+                verdict = await self._probe_round(probes, rnd, mark)
+                rnd += 1
+                if verdict is not None:
+                    return verdict
+            self._state = "probation"
+            soaked = await self._run_check(check, since, until_ms=until, normal=pc.normal)
+            await self._record(f"check:{check}", "done" if soaked.passed else "failed",
+                               note=soaked.detail, after={**soaked.measured, "round": rnd})
+            if soaked.unconfigured:
+                return await self._probation_hold(check, soaked)
+            if not soaked.passed:
+                return await self._probation_failed(check, soaked, mark)
+        if reflapped():
+            return await self._probation_failed("probation", None, mark)
+        self._state = "running"
+        await self._record("probation", "done", note=(
+            f"{PASSED_NOTE} {len(probes)} probe check(s) at >= {pc.slo_fraction:.0%} of the pinned "
+            f"baseline, {rnd - 1} repeat round(s), counters below the normal thresholds"))
+        return "passed"
+
+    async def _run_check(self, check: str, since: int, *, slo: float | None = None,
+                         until_ms: int | None = None,
+                         normal: dict[str, float] | None = None) -> CheckResult:
+        try:
+            res: CheckResult = await workflow.execute_activity_method(
+                FabricActivities.run_check,
+                CheckInput(workflow_id=workflow.info().workflow_id, port=self._port,
+                           check=check, since_ms=since, slo_fraction=slo,
+                           cable=self._cable(), normal=dict(normal or {}), until_ms=until_ms),
+                start_to_close_timeout=_s(self._cfg.timeouts.check),
+                heartbeat_timeout=_s(self._cfg.timeouts.check_heartbeat), retry_policy=FEW)
+        except ActivityError as exc:
+            res = CheckResult(check=check, passed=False, detail=str(exc.cause or exc)[:500])
+        return res
+
+    async def _probe_round(self, checks: list[str], rnd: int, mark: int) -> str | None:
+        """One round of the probes; None when every one met its baseline."""
+        pc = self._cfg.probation
+        assert pc is not None  # noqa: S101 - _v3 implies it
+        for check in checks:
+            self._check_abort()
+            if len(self._detections) > mark:
+                return await self._probation_failed(check, None, mark)
+            self._step = f"check:{check}"
+            res = await self._run_check(check, self._now_ms(), slo=pc.slo_fraction)
+            self._measurements.append({"ts": self._now_ms(), "check": check, "round": rnd,
+                                       "passed": res.passed, "unconfigured": res.unconfigured,
+                                       "detail": res.detail})
+            await self._record(f"check:{check}", "done" if res.passed else "failed",
+                               note=res.detail, after={**res.measured, "round": rnd})
+            if res.unconfigured:
+                return await self._probation_hold(check, res)
+            if not res.passed:
+                return await self._probation_failed(check, res, mark)
+        return None
+
+    async def _reisolate(self, note: str, after: dict[str, Any] | None) -> None:
+        self._step = "probation:isolate"
+        await self._record("probation", "failed", note=note[:500], after=after)
+        res = await self._control(FabricActivities.isolate_port, "isolate")
+        self._isolated = True
+        self._state = "running"
+        await self._record("isolate", "done", note=f"isolated again after probation: "
+                                                   f"{res.detail}", before=res.before,
+                           after=res.after)
+
+    async def _probation_failed(self, check: str, res: CheckResult | None, mark: int) -> str:
+        """The repair did not hold under traffic: isolate again; the ladder moves on."""
+        if res is None:  # a detection on the cable during probation
+            await self._reflap(check, mark)
+            det = self._detections[mark]
+            why = f"{det.detection} {det.id} on {det.end or self._port.key} during {check}"
+            await self._reisolate(f"{FAILED_NOTE} {why}; link isolated again",
+                                  {"detection": det.id, "check": check})
+        else:
+            await self._reisolate(f"{FAILED_NOTE} {res.detail}; link isolated again",
+                                  {"check": check, **res.measured})
+        return "failed"
+
+    async def _probation_hold(self, check: str, res: CheckResult) -> str:
+        """A check that could not be judged fails closed: isolated again, and a human
+        configures (or waives) it and approves; probation then starts over."""
+        await self._reisolate(f"{check} {HOLD_NOTE} {res.detail}; link isolated again",
+                              {"check": check, "unconfigured": True})
+        await self._needs_human(f"check:{check}", f"not judged, so not passed: {res.detail}")
+        return "hold"
 
     async def _reflap(self, check: str, mark: int) -> bool:
         """A detection on the cable while its repair was checked: the rung failed."""

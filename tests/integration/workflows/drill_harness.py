@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from temporalio import activity  # noqa: E402
 from temporalio.client import Client  # noqa: E402
 from temporalio.contrib.pydantic import pydantic_data_converter  # noqa: E402
-from wf_helpers import JsonlSink  # noqa: E402
+from wf_helpers import JsonlSink, SimBaselines  # noqa: E402
 
 from schemas.policy import Policy  # noqa: E402
 from sim.controller import SimController  # noqa: E402
@@ -86,6 +86,12 @@ class SlowChecker(SimChecker):
         die_at(f"check:{check}")
         return out
 
+    async def run_soak(self, check: str, port: PortRef, since_ms: int, until_ms: int | None,
+                       normal: dict[str, float]) -> Any:
+        out = await super().run_soak(check, port, since_ms, until_ms, normal)
+        die_at(f"check:{check}")
+        return out
+
 
 class FileFencer:
     """A node fence kept in a file (a stand-in for the Kubernetes label and taint)."""
@@ -140,7 +146,7 @@ async def main(target: str, queue: str, state_dir: str, bootstrap: str, ticket_u
     acts = FabricActivities(records=JsonlSink(state / "records.jsonl"), controller=adapter,
                             evidence=SlowEvidence(adapter), checker=SlowChecker(adapter),
                             fencer=FileFencer(state / "fences.txt"),
-                            ticketing=SlowTicketing(ticket_url))
+                            ticketing=SlowTicketing(ticket_url), baselines=SimBaselines())
     budget = SlowBudget(client, queue)
     funcs = activity_functions(acts, budget)
     worker = build_worker(client, queue, funcs)

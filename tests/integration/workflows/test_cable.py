@@ -376,13 +376,13 @@ async def test_reflap_during_the_soak_fails_the_rung(wf_env: WorkflowEnvironment
         await until(h, lambda s: s.waiting_for == "clean-and-reseat")
         await h.execute_update(PortRemediation.complete_step,
                                StepDone(step="clean-and-reseat", actor="tech"))
-        await until(h, lambda s: s.state == "waiting_clean_counters")
+        await until(h, lambda s: s.state in ("waiting_clean_counters", "probation_soak"))
         flap = detection(fabric, HOST, episode="ep-2")
         assert await disp.handle(flap)  # the repair did not hold: seen from the host end
         await until(h, lambda s: s.waiting_for == "swap-optic")
         await h.execute_update(PortRemediation.complete_step, StepDone(
             step="swap-optic", actor="tech", new_serials={"leaf-su01-r1:3": "MT2231FT0001"}))
-        await until(h, lambda s: s.state == "waiting_clean_counters")
+        await until(h, lambda s: s.state in ("waiting_clean_counters", "probation_soak"))
         await h.signal(PortRemediation.abort, AbortRequest(actor="t"))
         await asyncio.wait_for(h.result(), 60)
     reflap = [a for a in sink.actions() if a.step == "check:counters-clean-24h"
@@ -395,7 +395,10 @@ async def test_reflap_during_the_soak_fails_the_rung(wf_env: WorkflowEnvironment
     assert swap[0].after["new_serials"] == {"leaf-su01-r1:3": "MT2231FT0001"}
     assert any("next: swap-optic" in u["summary"]
                for u in ticket_server.ops(cable_id(fabric), "update"))
-    assert len(fab.calls("isolate")) == 1 and len(fab.calls("unisolate")) == 1
+    # in probation the link is up; the re-flap isolates it again for the next rung, whose
+    # probation re-enables it (and the abort leaves it in service)
+    assert len(fab.calls("isolate")) == 2 and len(fab.calls("unisolate")) == 2
+    assert not fab.is_isolated(*LEAF)
 
 
 class RailFencer:

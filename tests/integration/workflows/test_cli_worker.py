@@ -42,6 +42,16 @@ async def test_runbook_worker_process_end_to_end(wf_env: WorkflowEnvironment,
            "FABRICWATCH_TEMPORAL__TASK_QUEUE": f"q-{fabric}",
            "FABRICWATCH_KAFKA__BOOTSTRAP": kafka_bootstrap}
     cli = [sys.executable, "-c", "from fabricwatch.cli import main; main()"]
+    # probation judges against pinned baselines: the operator pins the rail's first (before
+    # the worker opens the embedded ledger, which has one process)
+    for probe, size, scale, gbps in (("ib_write_bw", 8 << 20, 2, 392), (
+            "nccl_allreduce", 1 << 30, 16, 368.0)):
+        pinned = await asyncio.to_thread(
+            subprocess.run, [*cli, "baseline", "pin", "--rail", "2", "--probe", probe,
+                             "--size", str(size), "--scale", str(scale), "--gbps", str(gbps),
+                             "--actor", "ops-ana"],
+            cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=False)
+        assert pinned.returncode == 0, pinned.stderr
     log = (tmp_path / "worker.log").open("wb")
     worker = start_process([*cli, "runbook-worker", "--policy", str(policy)], env, log)
     wf_id = f"remediate/{fabric}/leaf-su01-r2:4"

@@ -32,9 +32,11 @@ pytestmark = pytest.mark.integration
 HARNESS = str(Path(__file__).with_name("drill_harness.py"))
 # Where the worker dies, in the runbook's order: right after each side effect (the harness
 # kills itself there), and once while the runbook waits for the technician.
+# Probation re-enables the link before the checks run on it.
 STEPS = ["evidence", "budget", "isolate", "fence", "ticket", "wait:clean-and-reseat",
-         "repair_step", "check:ib_write_bw-per-rail", "check:nccl-allreduce-baseline",
-         "reset_counters", "check:counters-clean-24h", "unisolate", "unfence"]
+         "repair_step", "unisolate", "check:ib_write_bw-per-rail",
+         "check:nccl-allreduce-baseline", "reset_counters", "check:counters-clean-24h",
+         "unfence"]
 
 
 def detection(fabric: str, device: str, port: int, det_id: str) -> Detection:

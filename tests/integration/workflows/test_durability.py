@@ -104,7 +104,7 @@ async def test_server_restart_keeps_workflows_and_timers(tmp_path: Path,
             await until(handle, lambda s: s.waiting_for == "clean-and-reseat")
             await handle.execute_update(PortRemediation.complete_step,
                                         StepDone(step="clean-and-reseat", actor="tech"))
-            await until(handle, lambda s: s.state == "waiting_clean_counters")
+            await until(handle, lambda s: s.state in ("waiting_clean_counters", "probation_soak"))
     finally:
         await env.shutdown()  # the server goes away in the middle of the durable wait
     assert db.stat().st_size > 0

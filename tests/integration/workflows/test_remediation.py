@@ -115,7 +115,7 @@ async def test_happy_path_with_the_24h_wait(wf_env: WorkflowEnvironment, tmp_pat
         await handle.execute_update(PortRemediation.complete_step,
                                     StepDone(step="clean-and-reseat", actor="tech-ana",
                                              note="reseated both ends"))
-        await until(handle, lambda s: s.state == "waiting_clean_counters")
+        await until(handle, lambda s: s.state in ("waiting_clean_counters", "probation_soak"))
         started = asyncio.get_running_loop().time()
         t0 = await wf_env.get_current_time(handle)
         # returns False here: the workflow completes before the clock reaches the target
@@ -173,11 +173,12 @@ async def test_failed_check_moves_down_the_ladder(wf_env: WorkflowEnvironment, t
     assert result.outcome == "returned_to_service" and result.fixed_by == "swap-cable"
     recorded = steps(sink, wid(inp))
     failed = [s for s, o in recorded if o == "failed"]
-    # the first check fails after each of the first two rungs; the rest are not run
-    assert failed == ["check:ib_write_bw-per-rail", "check:ib_write_bw-per-rail"]
+    # the first check fails in probation after each of the first two rungs; the rest are
+    # not run, and the link is isolated again each time
+    assert failed == ["check:ib_write_bw-per-rail", "probation"] * 2
     assert [c["rung"] for c in fabric.calls("repair_step")] == [
         "clean-and-reseat", "swap-optic", "swap-cable"]
-    assert len(fabric.calls("isolate")) == 1 and len(fabric.calls("unisolate")) == 1
+    assert len(fabric.calls("isolate")) == 3 and len(fabric.calls("unisolate")) == 3
     updates = [r["summary"] for r in ticket_server.ops(wid(inp), "update")]
     assert any("next: swap-optic" in u for u in updates)
 

@@ -16,10 +16,11 @@ from typing import Any
 
 from aiohttp import web
 
+from ledger.baselines import PinnedBaseline
 from workflows.adapters.base import AdapterError, AdapterRejected
 from workflows.adapters.k8s import NoFencer
 from workflows.adapters.records import MemorySink
-from workflows.adapters.sim import SimChecker, SimControllerAdapter, SimEvidence
+from workflows.adapters.sim import SIM_PROBES, SimChecker, SimControllerAdapter, SimEvidence
 from workflows.adapters.ticket import WebhookTicketing
 from workflows.remediation.activities import FabricActivities
 
@@ -140,6 +141,23 @@ class FileFabric:
     def is_isolated(self, device: str, port: int) -> bool:
         return f"{device}:{port}" in self._load()["isolated"]
 
+    def slow(self, key: str, fraction: float) -> None:
+        """A repair that left the link up and clean but slow (a bent fibre, a bad lane)."""
+        data = self._load()
+        data.setdefault("slow", {})[key] = fraction
+        self._save(data)
+
+    def bandwidth_fraction(self, device: str, port: int) -> float:
+        return float(self._load().get("slow", {}).get(f"{device}:{port}", 1.0))
+
+    def errors_under_traffic(self, key: str, count: int) -> None:
+        data = self._load()
+        data.setdefault("soak_errors", {})[key] = count
+        self._save(data)
+
+    def soak_errors(self, device: str, port: int) -> int:
+        return int(self._load().get("soak_errors", {}).get(f"{device}:{port}", 0))
+
 
 class TicketServer:
     """A loopback ticket webhook that deduplicates on Idempotency-Key, as the adapter expects."""
@@ -185,13 +203,31 @@ class TicketServer:
             await self._runner.cleanup()
 
 
+class SimBaselines:
+    """The simulator's nominal bandwidths, pinned for whatever fabric a test names (tests
+    use a fresh fabric each; the pinning itself is tested on the ledger)."""
+
+    def __init__(self, pinned_by: str = "test-pinner", links: tuple[str, ...] = ()) -> None:
+        self.pinned_by = pinned_by
+        self.links = links
+
+    async def pinned(self, fabric: str, rail: int | None = None) -> list[PinnedBaseline]:
+        return [PinnedBaseline(fabric=fabric, rail=r, probe=probe, size_bytes=size,
+                               scale=scale, gbps=gbps, pinned_by=self.pinned_by,
+                               pinned_ts=1_700_000_000_000, links=self.links)
+                for r in ([rail] if rail is not None else range(8))
+                for probe, (size, scale, gbps) in SIM_PROBES.items()]
+
+
 def fabric_activities(fabric: FileFabric, ticket_url: str, sink: Any | None = None,
+                      *, checker: Any | None = None, baselines: Any | None = None
                       ) -> tuple[FabricActivities, Any]:
     sink = sink if sink is not None else MemorySink()
     adapter = SimControllerAdapter(fabric, fabric.dir)
     acts = FabricActivities(records=sink, controller=adapter, evidence=SimEvidence(adapter),
-                            checker=SimChecker(adapter), fencer=NoFencer(),
-                            ticketing=WebhookTicketing(ticket_url))
+                            checker=checker or SimChecker(adapter), fencer=NoFencer(),
+                            ticketing=WebhookTicketing(ticket_url),
+                            baselines=baselines if baselines is not None else SimBaselines())
     return acts, sink
 
 

@@ -32,3 +32,25 @@ def test_the_latest_run_of_a_cable_decides() -> None:
                ("check:ib_write_bw", "done")).decision == "in probation"
     assert row(*first, ("detection", "done"), ("isolate", "done"),
                ("ladder:reseat", "skipped")).decision == "in progress"
+
+
+def test_probation_outcomes_per_runbook() -> None:
+    from workflows.remediation.probation import probation_outcomes
+
+    def rec(wf: str, ts: int, outcome: str, note: str) -> dict[str, object]:
+        return {"workflow_id": wf, "ts_ms": ts, "outcome": outcome, "note": note}
+
+    rows = [
+        rec("a", 1, "done", "probation: the link carries probe traffic"),
+        rec("a", 2, "failed", "failed in probation: ib_write_bw 55%; link isolated again"),
+        rec("a", 3, "done", "probation: the link carries probe traffic"),
+        rec("a", 4, "done", "passed: 2 probe check(s)"),
+        rec("b", 1, "done", "probation: the link carries probe traffic"),
+        rec("b", 2, "failed", "ib_write_bw-per-rail could not be judged: no command"),
+        rec("c", 2, "failed", "failed in probation: error_rate during soak"),
+        rec("c", 1, "done", "probation: the link carries probe traffic"),
+    ]
+    assert probation_outcomes(rows) == {"passed": 1, "failed": 2, "failures": 2,
+                                        "waiting_on_human": 1}
+    assert probation_outcomes([]) == {"passed": 0, "failed": 0, "failures": 0,
+                                      "waiting_on_human": 0}

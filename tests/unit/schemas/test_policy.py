@@ -90,3 +90,31 @@ def test_policy_check_cli(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["policy", "check", str(bad)])
     assert result.exit_code == 2
     assert "fabricHealth.flapDampening.window" in result.output
+
+
+def test_probation_defaults_and_the_waiver_needs_an_owner() -> None:
+    prob = Policy().fabric_health.probation
+    assert prob.slo_fraction == 0.9 and prob.probe_interval == 3600 and not prob.checks
+    assert prob.waived() == {}
+    with pytest.raises(ContractError, match="waivedBy") as info:
+        Policy.from_yaml("fabricHealth: {probation: {waive: [nccl-allreduce-baseline]}}")
+    assert info.value.path == "fabricHealth.probation"
+    waived = Policy.from_yaml(
+        "fabricHealth: {probation: {waive: [nccl-allreduce-baseline], waivedBy: ops-lead, "
+        "waiveReason: no GPUs yet, sloFraction: 85%}}").fabric_health.probation
+    assert waived.waived() == {"nccl-allreduce-baseline": "ops-lead (no GPUs yet)"}
+    assert waived.slo_fraction == pytest.approx(0.85)
+    with pytest.raises(ContractError, match="at least 1"):
+        Policy.from_yaml("fabricHealth: {probation: {checks: {x: {argv: []}}}}")
+
+
+def test_the_documented_check_templates_validate() -> None:
+    from schemas.policy import DEFAULT_CHECK_TEMPLATES, CheckCommand
+
+    for name, template in DEFAULT_CHECK_TEMPLATES.items():
+        cmd = CheckCommand.model_validate(template)
+        assert cmd.argv[0] in ("ib_write_bw", "all_reduce_perf"), name
+    deployed = Path(__file__).resolve().parents[3] / "deploy/k8s/components/config/policy.yaml"
+    checks = Policy.load(deployed).fabric_health.probation.checks
+    assert checks["ib_write_bw-per-rail"].both_directions
+    assert checks["nccl-allreduce-baseline"].argv[:3] == ["all_reduce_perf", "-b", "8"]

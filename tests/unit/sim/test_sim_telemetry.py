@@ -411,3 +411,27 @@ def test_100k_port_step_samples_every_port_once() -> None:
     for m in counters[::500] + [m for m in out.messages if m.topic != "fabric.counters"]:
         decode(m.value)
     assert out.port_events == rebooting  # the peers' traps, all at once
+
+
+def test_a_link_back_from_isolation_carries_probe_traffic(tmp_path: Path) -> None:
+    """Probation: the runbook re-enables the link; the simulator sends ib_write_bw across it
+    both ways, so a repaired link measures its baseline and one still slow shows it."""
+    quiet = {"probe_every": 0, "topology_every": 0}
+    for factor, healthy in ((None, True), (0.6, False)):
+        ctl = SimController(tmp_path / str(factor))
+        faults = [] if factor is None else [f"slow_link:node0004/mlx5_2:1,factor={factor}"]
+        s = sim(LAB, faults, controller=ctl, **quiet)
+        switch_end = next(f"{d}:{p}" for d, p in s.links[s.link_index[("node0004/mlx5_2", 1)]]
+                          .ends() if "/" not in d)
+        device, _, port = switch_end.rpartition(":")
+        ctl.isolate(device, int(port))
+        assert not probes(s.run_steps(2))  # isolated: no probe traffic
+        ctl.unisolate(device, int(port))
+        got = probes(s.run_steps(3), 2)
+        assert {(p.src, p.dst) for p in got} == {("node0004/mlx5_2", "node0001/mlx5_2"),
+                                                 ("node0001/mlx5_2", "node0004/mlx5_2")}
+        ratios = {round(p.bw_gbps / (p.baseline_gbps or 1), 1) for p in got}
+        assert ratios == ({1.0} if healthy else {0.6}), ratios
+        ctl.isolate(device, int(port))  # failed probation: isolated again, the probes stop
+        s.run_steps(1)
+        assert not probes(s.run_steps(2))

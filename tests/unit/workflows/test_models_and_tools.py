@@ -3,16 +3,20 @@ topology, evidence tool argument lists (validated, never a shell)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ledger.baselines import PinnedBaseline
 from schemas.events import Topology, TopologyLink
-from schemas.policy import Policy
-from workflows.adapters.base import AdapterRejected
+from schemas.policy import CheckCommand, Policy
+from workflows.adapters.base import AdapterRejected, CheckOutcome
 from workflows.adapters.tools import CommandChecker, FabricToolsEvidence, check_name
 from workflows.inventory import Inventory, rail_from_name, su_from_name
 from workflows.remediation.models import PortRef, RunbookConfig, remediation_workflow_id
+from workflows.remediation.probation import judge_probes
 
 
 def test_default_clean_counter_wait_is_24h() -> None:
@@ -108,17 +112,99 @@ def test_check_name_never_passes_shell_or_option_text(text: str) -> None:
     assert not set(value) & set(" ;|&$`'\"<>(){}[]*?!\\\n\t")
 
 
-async def test_command_checker_runs_templates() -> None:
-    checker = CommandChecker({"ib_write_bw-per-rail": ["true"], "nccl": ["false"],
-                              "echo": ["echo", "{device}", "{rail}"]})
-    port = PortRef(fabric="lab", device="leaf-su01-r1", port=3, rail=1)
-    assert (await checker.run("ib_write_bw-per-rail", port, 0)).passed
-    assert not (await checker.run("nccl", port, 0)).passed
-    echoed = await checker.run("echo", port, 0)
-    assert echoed.measured["output"].strip() == "leaf-su01-r1 1"
-    assert (await checker.run("unconfigured", port, 0)).passed
-    with pytest.raises(AdapterRejected):
-        await checker.run("echo", port.model_copy(update={"device": "x;y"}), 0)
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+IB_WRITE_BW = FIXTURES / "perftest" / "superbench-ib_write_bw-8M-tabs.txt"
+ALL_REDUCE = FIXTURES / "nccl-tests" / "nris-olivia-gh200-8rank-v2.18.3.txt"
+HOST_LINK = PortRef(fabric="lab", device="leaf-su01-r1", port=3, rail=1,
+                    peer_device="node0001/mlx5_1", peer_port=1)
+
+
+async def test_command_checker_parses_the_real_tools_output_per_direction() -> None:
+    checker = CommandChecker(
+        {"ib_write_bw-per-rail": CheckCommand(
+            prefix=["echo-then", "{node}"], argv=["cat", str(IB_WRITE_BW)],
+            both_directions=True, scale=2),
+         "nccl-allreduce-baseline": CheckCommand(argv=["cat", str(ALL_REDUCE)], scale=8)},
+        partners={1: "node0002"})
+    runs = checker.argvs("ib_write_bw-per-rail", HOST_LINK, 0)
+    assert runs == [("forward", ["echo-then", "node0001", "cat", str(IB_WRITE_BW)]),
+                    ("reverse", ["echo-then", "node0002", "cat", str(IB_WRITE_BW)])]
+    # the prefix is the launcher; here the test runs the tool alone
+    checker = CommandChecker(
+        {"ib_write_bw-per-rail": CheckCommand(argv=["cat", str(IB_WRITE_BW)],
+                                              both_directions=True),
+         "nccl-allreduce-baseline": CheckCommand(argv=["cat", str(ALL_REDUCE)], scale=8)},
+        partners={1: "node0002"})
+    bw = await checker.run("ib_write_bw-per-rail", HOST_LINK, 0)
+    assert bw.passed and not bw.unconfigured
+    assert [(p["run"], p["size_bytes"], p["bw_gbps"]) for p in bw.measured["probes"]] == [
+        ("forward", 8388608, 201.802394), ("reverse", 8388608, 201.802394)]
+    nccl = await checker.run("nccl-allreduce-baseline", HOST_LINK, 0)
+    assert nccl.measured["scale"] == 8
+    assert nccl.measured["probes"][-1]["size_bytes"] == 134217728
+    assert nccl.measured["probes"][-1]["bw_gbps"] == 813.6
+
+
+async def test_command_checker_fails_closed() -> None:
+    checker = CommandChecker({"ib_write_bw-per-rail": ["ib_write_bw", "-d", "{hca}", "{peer}"],
+                              "nccl-allreduce-baseline": ["false"],
+                              "counters-clean-24h": ["true"],
+                              "garbled": ["echo", "RDMA_Write BW Test"],
+                              "missing": ["no-such-tool-anywhere"]})
+    # no command at all: not run, never passed
+    none = await checker.run("unconfigured", HOST_LINK, 0)
+    assert not none.passed and none.unconfigured and "no command configured" in none.detail
+    # a placeholder without a value (no probe partner for the rail)
+    partnerless = await checker.run("ib_write_bw-per-rail", HOST_LINK, 0)
+    assert partnerless.unconfigured and "no probe partner for rail 1" in partnerless.detail
+    failed = await checker.run("nccl-allreduce-baseline", HOST_LINK, 0)
+    assert not failed.passed and not failed.unconfigured and "exit 1" in failed.detail
+    assert (await checker.run("counters-clean-24h", HOST_LINK, 0)).passed  # plain: exit 0
+    missing = await checker.run("missing", HOST_LINK, 0)
+    assert missing.unconfigured and "not installed" in missing.detail
+    # a value that may not reach an argument list: refused before anything runs
+    bad = await checker.run("nccl-allreduce-baseline",
+                            HOST_LINK.model_copy(update={"device": "x;y"}), 0)
+    assert bad.unconfigured and "characters a fabric tool argument may not" in bad.detail
+
+
+async def test_command_checker_refuses_output_the_parser_does_not_understand() -> None:
+    checker = CommandChecker({"ib_write_bw-per-rail": ["echo", "{device}"]})
+    out = await checker.run("ib_write_bw-per-rail", HOST_LINK, 0)
+    assert not out.passed and not out.unconfigured and "not understood" in out.detail
+
+
+def _base(gbps: float, **kw: object) -> PinnedBaseline:
+    args: dict[str, object] = {"fabric": "f", "rail": 1, "probe": "ib_write_bw",
+                               "size_bytes": 65536, "scale": 2, "gbps": gbps,
+                               "pinned_by": "ana", "pinned_ts": 1, **kw}
+    return PinnedBaseline(**args)  # type: ignore[arg-type]
+
+
+@given(st.lists(st.floats(0, 800, allow_nan=False), min_size=1, max_size=4),
+       st.floats(1, 800, allow_nan=False), st.floats(0.01, 1, allow_nan=False))
+def test_probes_pass_only_when_every_run_meets_the_slo(bws: list[float], base: float,
+                                                       fraction: float) -> None:
+    probes = [{"run": f"r{i}", "probe": "ib_write_bw", "size_bytes": 65536, "bw_gbps": bw}
+              for i, bw in enumerate(bws)]
+    got = judge_probes("ib_write_bw-per-rail", probes, rail=1, fraction=fraction,
+                       lookup=lambda *_: _base(base), cable=["a:1"], scale=2)
+    assert got.verdict == ("passed" if all(bw / base >= fraction for bw in bws) else "failed")
+    assert len(got.measured["runs"]) == len(bws)
+
+
+def test_probes_without_a_usable_baseline_are_not_judged() -> None:
+    probes = [{"run": "forward", "probe": "ib_write_bw", "size_bytes": 65536, "bw_gbps": 390}]
+    kw = {"rail": 1, "fraction": 0.9, "cable": ["leaf:3", "node/mlx5_1:1"], "scale": 2}
+    assert judge_probes("c", probes, lookup=lambda *_: None, **kw).verdict == "unconfigured"
+    own = judge_probes("c", probes, lookup=lambda *_: _base(392, links=("leaf:3",)), **kw)
+    assert own.verdict == "unconfigured" and "cable under repair" in own.detail
+    other = judge_probes("c", probes, lookup=lambda *_: _base(392, links=("leaf:4",)), **kw)
+    assert other.verdict == "passed"
+    wrong_size = judge_probes("c", probes, lookup=lambda *_: _base(392), size=1024,
+                              **kw)  # type: ignore[arg-type]
+    assert wrong_size.verdict == "unconfigured" and "no result at 1024 B" in wrong_size.detail
+    assert judge_probes("c", [], lookup=lambda *_: _base(1), **kw).verdict == "unconfigured"
 
 
 # --- the cable -------------------------------------------------------------------------------
@@ -214,3 +300,29 @@ def test_evidence_is_done_only_when_every_tool_ran() -> None:
     assert note == ("captured perfquery=0; not captured: cable_info on leaf-su01-r3:5 "
                     "(mlxcables: not installed on this host)")
     assert evidence_outcome([]) == ("failed", "not captured: no evidence tool is configured")
+
+
+async def test_a_long_check_heartbeats_while_it_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    import asyncio
+
+    from temporalio.testing import ActivityEnvironment
+
+    from workflows.remediation import activities as acts_mod
+    from workflows.remediation.activities import FabricActivities
+    from workflows.remediation.models import CheckInput
+
+    class Slow:
+        async def run(self, check: str, port: PortRef, since_ms: int) -> CheckOutcome:
+            await asyncio.sleep(0.2)
+            return CheckOutcome(True, "slow but fine")
+
+    monkeypatch.setattr(acts_mod, "HEARTBEAT_EVERY_S", 0.02)
+    acts = FabricActivities(records=None, controller=None, evidence=None,  # type: ignore[arg-type]
+                            checker=Slow(), fencer=None, ticketing=None)  # type: ignore[arg-type]
+    env = ActivityEnvironment()
+    beats: list[object] = []
+    env.on_heartbeat = lambda *details: beats.append(details)
+    out = await env.run(acts.run_check, CheckInput(workflow_id="w", port=HOST_LINK,
+                                                   check="counters-clean-24h", since_ms=0))
+    assert out.passed and out.detail == "slow but fine"
+    assert len(beats) >= 4  # the first, then one every 20 ms while the check ran

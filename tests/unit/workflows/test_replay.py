@@ -1,7 +1,8 @@
 """Replay the committed histories (tests/histories/*.json) against today's workflow code.
 
 The ``remediation_*`` histories predate the ``cable-runbook`` patch (``workflow.patched``):
-they replay down the old branch; the ``cable_*`` ones take the new.
+they replay down the old branch; the ``cable_*`` ones take the new, without probation (their
+checks run with the port isolated); the ``probation_*`` ones take the ``probation`` patch.
 
 A change to ``PortRemediation`` or ``IsolationBudget`` that would break a running workflow
 (a different sequence of commands for the same history) fails here. The Replayer needs no
@@ -40,8 +41,10 @@ def test_histories_exist() -> None:
     # recorded before the cable-runbook patch (kept: running runbooks of that time replay)
     assert {"remediation_ladder", "remediation_breaker_approve_abort", "remediation_shadow",
             "budget_su"} <= names
-    # recorded with it
+    # recorded with it (before the probation patch)
     assert {"cable_ladder_reflap", "cable_needs_human", "cable_found_isolated"} <= names
+    # recorded with probation
+    assert {"probation_slow_then_pass", "probation_soak_reflap_abort"} <= names
 
 
 def _patches(path: Path) -> set[str]:
@@ -61,6 +64,13 @@ def test_the_cable_histories_took_the_patch() -> None:
     for name in ("cable_ladder_reflap", "cable_needs_human", "cable_found_isolated"):
         assert _patches(HISTORIES / f"{name}.json") == {CABLE_PATCH}
     assert _patches(HISTORIES / "remediation_ladder.json") == set()
+
+
+def test_the_probation_histories_took_both_patches() -> None:
+    from workflows.remediation.workflows import CABLE_PATCH, PROBATION_PATCH
+
+    for name in ("probation_slow_then_pass", "probation_soak_reflap_abort"):
+        assert _patches(HISTORIES / f"{name}.json") == {CABLE_PATCH, PROBATION_PATCH}
 
 
 @pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
