@@ -234,6 +234,7 @@ class RemediationStatus(_Model):
     found_isolated: str | None = None  # who/what had it isolated, as far as the controller says
     needs_human: str | None = None  # why a human must act now
     port_state: dict[str, Any] | None = None  # the port's state as last read back
+    incident: str | None = None  # the breaker incident it joined (its approve reaches here)
 
 
 class RemediationResult(_Model):
@@ -350,7 +351,7 @@ class TicketInput(_Model):
 
     workflow_id: str
     port: PortRef
-    op: Literal["open", "update", "close", "page"]
+    op: Literal["open", "update", "close", "page", "resolve"]  # resolve: the page's alert
     summary: str
     details: dict[str, Any] = Field(default_factory=dict)
     dry_run: bool = False
@@ -370,6 +371,7 @@ class BreakerInput(_Model):
     reason: str
     ts: int
     dry_run: bool = False
+    page: bool = True  # False: the SU's breaker incident pages (INCIDENT_PATCH)
 
 
 class BreakerResult(_Model):
