@@ -179,9 +179,11 @@ class IncidentRunbook:
 
     async def _notify(self, action: Literal["trigger", "update", "acknowledge", "resolve"]
                       ) -> None:
+        shown = self._version  # changes while the activity runs are the next update's
         res = await workflow.execute_activity_method(
             IncidentActivities.notify, NotifyInput(alert=self._alert(action)),
             start_to_close_timeout=_s(self._cfg.notify_timeout_s), retry_policy=NOTIFY)
+        self._sent_version = shown
         self._sent += 1
         self._receivers = res.receivers
 
@@ -220,7 +222,6 @@ class IncidentRunbook:
     async def run(self, inp: IncidentInput) -> IncidentResult:
         if inp.alerts_sent == 0:
             await self._notify("trigger")
-        self._sent_version = self._version
         while not self._done():
             try:
                 await workflow.wait_condition(
@@ -237,7 +238,6 @@ class IncidentRunbook:
             if self._version != self._sent_version:
                 # a burst of joins (a reboot's ports) is one update, not one per port
                 await workflow.sleep(_s(self._cfg.debounce_s))
-                self._sent_version = self._version
                 await self._notify("update")
             elif refresh:
                 await self._notify("update")
