@@ -80,9 +80,13 @@ async def run_worker(settings: Settings, client: Client, fabric: FabricActivitie
                      *, task_queue: str | None = None,
                      stop: asyncio.Event | None = None) -> None:
     """Run the worker on ``settings.temporal.task_queue`` until ``stop`` is set."""
+    from workflows.incident.activities import default_config
+
     queue = task_queue or settings.temporal.task_queue
     budget = budget or BudgetActivities(client, queue)
-    worker = build_worker(client, queue, activity_functions(fabric, budget, audit))
+    incident = incident_activities(fabric, budget)
+    incident.config = default_config(settings.notify.horizon_s)
+    worker = build_worker(client, queue, activity_functions(fabric, budget, audit, incident))
     if stop is None:
         await worker.run()
         return

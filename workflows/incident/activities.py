@@ -33,11 +33,12 @@ WORKFLOW_TYPE = "IncidentRunbook"
 
 
 class IncidentActivities:
-    def __init__(self, client: Client, notifier: Notifier, task_queue: str | None = None
-                 ) -> None:
+    def __init__(self, client: Client, notifier: Notifier, task_queue: str | None = None, *,
+                 config: IncidentConfig | None = None) -> None:
         self.client = client
         self.notifier = notifier
         self._task_queue = task_queue
+        self.config = config  # a breaker incident's (else the join's default)
 
     def _queue(self) -> str:
         return self._task_queue or activity.info().task_queue
@@ -63,7 +64,8 @@ class IncidentActivities:
                                 root=inp.su or inp.fabric, state="open", started=inp.ts,
                                 su=inp.su, reason=inp.reason, ts=inp.ts)
         await self.client.start_workflow(
-            WORKFLOW_TYPE, IncidentInput(snapshot=snap, config=inp.config), id=wf_id,
+            WORKFLOW_TYPE, IncidentInput(snapshot=snap, config=self.config or inp.config),
+            id=wf_id,
             task_queue=self._queue(), id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             start_signal="join", start_signal_args=[JoinRequest(
                 member=inp.member, runbook=inp.runbook, reason=inp.reason, ts=inp.ts)])
