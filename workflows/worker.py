@@ -44,7 +44,8 @@ def incident_activities(fabric: FabricActivities, budget: BudgetActivities
 
     notifier: Notifier = getattr(fabric.ticketing, "notifier", None) or TicketingNotifier(
         fabric.ticketing)
-    return IncidentActivities(budget.client, notifier, budget.task_queue)
+    return IncidentActivities(budget.client, notifier, budget.task_queue,
+                              records=fabric.records)
 
 
 def activity_functions(fabric: FabricActivities, budget: BudgetActivities,
@@ -56,7 +57,7 @@ def activity_functions(fabric: FabricActivities, budget: BudgetActivities,
         fabric.unisolate_port, fabric.reset_counters, fabric.repair_step, fabric.fence_node,
         fabric.unfence_node, fabric.run_check, fabric.ticket, fabric.open_breaker,
         fabric.port_state, budget.acquire, budget.release, budget.rail_hold, budget.rail_release,
-        incident.notify, incident.join, incident.signal_runbooks,
+        incident.notify, incident.join, incident.signal_runbooks, incident.record,
     ]
     if audit is not None:
         funcs.append(audit.audit_topology)

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from schemas.events import ActionRecord, Detection, EvidenceRecord
+from schemas.events import ActionRecord, Detection, EvidenceRecord, Incident
 from workflows.remediation.models import PortRef
 
 
@@ -102,7 +102,8 @@ class Ticketing(Protocol):
 class RecordSink(Protocol):
     """Where runbook records go: the ledger (directly, or through ``fabric.actions``)."""
 
-    async def write(self, events: Sequence[ActionRecord | EvidenceRecord | Detection]) -> int: ...
+    async def write(self, events: Sequence[ActionRecord | EvidenceRecord | Detection | Incident]
+                    ) -> int: ...
 
 
 class JobLookup(Protocol):

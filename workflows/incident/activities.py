@@ -10,7 +10,8 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from workflows.adapters.base import AdapterRejected
+from schemas.events import Incident
+from workflows.adapters.base import AdapterRejected, RecordSink
 from workflows.adapters.notify import Alert, Notifier
 from workflows.incident.models import (
     BREAKER_PREFIX,
@@ -22,6 +23,8 @@ from workflows.incident.models import (
     JoinResult,
     NotifyInput,
     NotifyResult,
+    RecordIncidentInput,
+    RecordIncidentResult,
     SignalResult,
     SignalRunbooks,
     breaker_incident,
@@ -34,9 +37,11 @@ WORKFLOW_TYPE = "IncidentRunbook"
 
 class IncidentActivities:
     def __init__(self, client: Client, notifier: Notifier, task_queue: str | None = None, *,
-                 config: IncidentConfig | None = None) -> None:
+                 config: IncidentConfig | None = None, records: RecordSink | None = None
+                 ) -> None:
         self.client = client
         self.notifier = notifier
+        self.records = records  # where a breaker incident's state is recorded (None: nowhere)
         self._task_queue = task_queue
         self.config = config  # a breaker incident's (else the join's default)
 
@@ -54,6 +59,15 @@ class IncidentActivities:
                                    ) from None
         return NotifyResult(receivers=[d.receiver for d in deliveries],
                             refs=[d.ref for d in deliveries])
+
+    @activity.defn(name="incident_record")
+    async def record(self, inp: RecordIncidentInput) -> RecordIncidentResult:
+        """A breaker incident's open / update / closed, as the stream's incidents are: in the
+        ledger (``incidents_current``) or on ``fabric.incidents``, by the records sink."""
+        if self.records is None:
+            return RecordIncidentResult(written=0)
+        event = Incident.model_validate(inp.event)
+        return RecordIncidentResult(written=await self.records.write([event]))
 
     @activity.defn(name="incident_join")
     async def join(self, inp: JoinInput) -> JoinResult:

@@ -8,8 +8,8 @@ replayed message (a new consumer group, a restart before the commit) pages nobod
 Offsets are committed only after Temporal accepted the batch (at-least-once, made
 idempotent by the id, and by the runbook ignoring a message older than the last it saw).
 
-Breaker incidents (``breaker/{su}``) are the runbooks' own (``incident_join``); a stream
-message for one is delivered the same way.
+Breaker incidents (``breaker/{su}``) are the runbooks' own (``incident_join``); the records
+their runbook publishes (source ``fabricwatch-runbooks``) are skipped here.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from workflows.incident.models import (
 )
 
 log = logging.getLogger(__name__)
+RUNBOOKS_SOURCE = "fabricwatch-runbooks"  # the source of the breaker incidents' own records
 
 
 @dataclass
@@ -45,7 +46,7 @@ class IncidentStats:
     delivered: int = 0
     finished: int = 0  # the incident's runbook had already closed: nothing to do
     invalid: int = 0
-    ignored: int = 0  # another fabric's
+    ignored: int = 0  # another fabric's, or a breaker incident's own record
 
 
 class IncidentDispatcher:
@@ -65,12 +66,13 @@ class IncidentDispatcher:
         if self.fabric is not None and ev.fabric != self.fabric:
             self.stats.ignored += 1
             return False
+        if ev.incident.startswith(BREAKER_PREFIX) and ev.source == RUNBOOKS_SOURCE:
+            # the runbooks' own breaker incident, recorded by its runbook: nothing to start
+            self.stats.ignored += 1
+            return False
         snap = IncidentSnapshot.from_event(ev)
         wf_id = incident_workflow_id(ev.fabric, ev.incident)
-        # a runbook's breaker incident reopens per episode; a stream incident id is unique
-        reuse = (WorkflowIDReusePolicy.ALLOW_DUPLICATE
-                 if ev.incident.startswith(BREAKER_PREFIX)
-                 else WorkflowIDReusePolicy.REJECT_DUPLICATE)
+        reuse = WorkflowIDReusePolicy.REJECT_DUPLICATE
         try:
             await self.client.start_workflow(
                 "IncidentRunbook", IncidentInput(snapshot=snap, config=self.config), id=wf_id,

@@ -79,6 +79,7 @@ class IncidentInput(_Model):
     acked_by: str | None = None
     decision: Decision | None = None
     alerts_sent: int = 0
+    records_written: int = 0
 
 
 class JoinRequest(_Model):
@@ -136,6 +137,17 @@ class NotifyInput(_Model):
 class NotifyResult(_Model):
     receivers: list[str]
     refs: list[str]
+
+
+class RecordIncidentInput(_Model):
+    """``incident_record``: a breaker incident's state as an ``Incident`` event (JSON), for
+    the ledger and ``fabric.incidents`` (the stream's incidents are there already)."""
+
+    event: dict[str, Any]
+
+
+class RecordIncidentResult(_Model):
+    written: int
 
 
 class JoinInput(_Model):

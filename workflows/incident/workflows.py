@@ -38,6 +38,7 @@ with workflow.unsafe.imports_passed_through():
         IncidentView,
         JoinRequest,
         NotifyInput,
+        RecordIncidentInput,
         SignalRunbooks,
         alert_key,
     )
@@ -73,6 +74,7 @@ class IncidentRunbook:
         self._pending: list[Decision] = []
         self._closed_by: Decision | None = None
         self._signalled: set[str] = set()
+        self._records = inp.records_written  # breaker incident records written (their ids)
 
     # --- signals and query ------------------------------------------------------------------
 
@@ -177,6 +179,27 @@ class IncidentRunbook:
                      started_ms=min(s.started, now), ts_ms=now, ended_ms=ended,
                      horizon_s=self._cfg.horizon_s).model_dump(mode="json")
 
+    async def _record(self, state: Literal["open", "update", "closed"]) -> None:
+        """A breaker incident is the runbooks' own: record its state as the stream records
+        its incidents (the ledger's ``incidents_current``, the report). Stream incidents are
+        on ``fabric.incidents`` already."""
+        if not self._breaker:
+            return
+        s = self._snap
+        now = self._now_ms()
+        self._records += 1
+        event = {"kind": "incident", "id": f"{workflow.info().workflow_id}/"
+                 f"{workflow.info().first_execution_run_id}/{self._records}",
+                 "ts": now, "fabric": s.fabric, "source": "fabricwatch-runbooks",
+                 "incident": s.incident, "cause": s.cause, "root": s.root, "state": state,
+                 "started": min(s.started, now), "ended": now if state == "closed" else None,
+                 "members": self.members(), "su": s.su,
+                 "reason": (s.reason or "")[:500] or None,
+                 "evidence": {"runbooks": sorted(r for r in self._runbooks.values() if r)}}
+        await workflow.execute_activity_method(
+            IncidentActivities.record, RecordIncidentInput(event=event),
+            start_to_close_timeout=_s(self._cfg.notify_timeout_s), retry_policy=SIGNALS)
+
     async def _notify(self, action: Literal["trigger", "update", "acknowledge", "resolve"]
                       ) -> None:
         shown = self._version  # changes while the activity runs are the next update's
@@ -221,6 +244,7 @@ class IncidentRunbook:
     @workflow.run
     async def run(self, inp: IncidentInput) -> IncidentResult:
         if inp.alerts_sent == 0:
+            await self._record("open")
             await self._notify("trigger")
         while not self._done():
             try:
@@ -238,6 +262,7 @@ class IncidentRunbook:
             if self._version != self._sent_version:
                 # a burst of joins (a reboot's ports) is one update, not one per port
                 await workflow.sleep(_s(self._cfg.debounce_s))
+                await self._record("update")
                 await self._notify("update")
             elif refresh:
                 await self._notify("update")
@@ -245,10 +270,12 @@ class IncidentRunbook:
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(IncidentInput(
                     snapshot=self._snap, config=self._cfg, runbooks=self._runbooks,
-                    acked_by=self._acked_by, decision=self._decision, alerts_sent=self._sent))
+                    acked_by=self._acked_by, decision=self._decision, alerts_sent=self._sent,
+                    records_written=self._records))
         # a decision that arrived with the close still reaches the runbooks
         if self._decision is not None:
             await self._signal_members(self._decision)
+        await self._record("closed")
         await self._notify("resolve")
         if self._snap.state == "closed":
             outcome: Literal["closed", "closed_by_human", "aborted"] = "closed"

@@ -15,6 +15,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
+
 import pytest
 from temporalio.testing import WorkflowEnvironment
 

@@ -46,7 +46,7 @@ CFG = IncidentConfig(debounce_s=0.5, notify_timeout_s=10, signal_timeout_s=10)
 async def incident_worker(client: Client, task_queue: str, alerts: Path, fabric: FileFabric,
                           tickets: TicketServer) -> AsyncIterator[Any]:
     acts, sink = fabric_activities(fabric, tickets.url)
-    incident = IncidentActivities(client, FileNotifier(alerts), task_queue)
+    incident = IncidentActivities(client, FileNotifier(alerts), task_queue, records=sink)
     worker = build_worker(client, task_queue, activity_functions(
         acts, BudgetActivities(client, task_queue), incident=incident))
     try:
@@ -204,6 +204,15 @@ async def test_breaker_refusals_join_the_su_incident_and_page_once(
             assert st.isolated
             assert any(e.step == "approve" and e.actor == "lead-eve" for e in st.history)
         assert alerts_of(alerts, key)[-1]["action"] == "resolve"
+        # recorded as the stream's incidents are (the ledger's incidents_current)
+        own = sorted((r for r in sink.records.values() if isinstance(r, Incident)),
+                     key=lambda r: r.ts)
+        assert own[0].state == "open" and own[-1].state == "closed"
+        assert own[-1].incident == "breaker/su03" and own[-1].cause == "breaker"
+        assert own[-1].root == "su03" and own[-1].members == view.members
+        assert own[-1].source == "fabricwatch-runbooks"
+        # the consumer skips these records of the runbooks' own: nothing starts again
+        assert not await IncidentDispatcher(client, task_queue=task_queue).handle(own[-1])
 
         for h in (hh, *handles):
             await h.signal(PortRemediation.abort, AbortRequest(actor="t"))
