@@ -1,4 +1,4 @@
-"""``fabricwatch incident list | show ID | ack ID | approve ID | abort ID | close ID``.
+"""``fabricwatch incident list [--ledger] | show ID | ack ID | approve ID | abort ID | close ID``.
 
 An incident's runbook (``IncidentRunbook``, id ``incident/{fabric}/{incident id}``) pages
 once for all its ports. ID is the incident id (``breaker/su03``, the correlator's id) in the
@@ -43,9 +43,14 @@ def incident_group() -> None:
 @click.option("--all", "show_all", is_flag=True, help="Include closed incidents.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 @click.option("--limit", type=click.IntRange(1, 100_000), default=1000, show_default=True)
-def list_command(show_all: bool, as_json: bool, limit: int) -> None:
+@click.option("--ledger", "from_ledger", is_flag=True,
+              help="From the ledger's incidents_current (every incident the stream and the "
+                   "runbooks recorded, also those whose runbook is long gone), not Temporal.")
+def list_command(show_all: bool, as_json: bool, limit: int, from_ledger: bool) -> None:
     """Incidents (open ones unless --all): cause, root, members, who acknowledged."""
     settings = load_settings()
+    if from_ledger:
+        _list_from_ledger(settings, show_all, as_json, limit)
 
     async def go() -> list[dict[str, Any]]:
         from workflows.incident.workflows import IncidentRunbook
@@ -97,6 +102,44 @@ def list_command(show_all: bool, as_json: bool, limit: int) -> None:
                        f"{row.get('cause', '')} {row.get('root', '')}  "
                        f"{row.get('members', '?')} member(s)  {row.get('state', '')}"
                        f"{waiting}{acked}")
+    _hard_exit(0)
+
+
+LEDGER_SQL = """
+SELECT incident, cause, root, state, toUnixTimestamp64Milli(started) AS started,
+       toUnixTimestamp64Milli(ended) AS ended, length(members) AS members, su,
+       toUnixTimestamp64Milli(updated) AS updated
+FROM incidents_current
+WHERE fabric = {fabric:String} AND ({all:UInt8} = 1 OR state != 'closed')
+ORDER BY updated DESC
+LIMIT {limit:UInt32}
+"""
+
+
+def _list_from_ledger(settings: Settings, show_all: bool, as_json: bool, limit: int) -> None:
+    from fabricwatch.commands.ledger import _connect
+    from ledger.base import LedgerError
+
+    try:
+        ledger, _where = _connect(settings)
+    except LedgerError as exc:
+        raise _fail(str(exc)) from None
+    try:
+        rows = ledger.query(LEDGER_SQL, {"fabric": settings.fabric, "all": int(show_all),
+                                         "limit": limit})
+    except LedgerError as exc:
+        raise _fail(str(exc)) from None
+    finally:
+        ledger.close()
+    if as_json:
+        for row in rows:
+            click.echo(dumps(row).decode())
+    elif not rows:
+        click.echo("no incidents in the ledger")
+    for row in rows if not as_json else []:
+        click.echo(f"{row['incident']}  {row['state']}  {row['cause']} {row['root']}  "
+                   f"{row['members']} member(s)  started {_when(row['started'])}  "
+                   f"ended {_when(row['ended'])}")
     _hard_exit(0)
 
 
