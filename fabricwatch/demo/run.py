@@ -503,6 +503,11 @@ class Demo:
                                               f"{self.settings.temporal.namespace}/workflows")
         finally:
             ledger.close()
+        from fabricwatch.report.build import alerts_from_file
+
+        report.alerts = alerts_from_file(self.alerts_file, since_ms=report.since_ms,
+                                         until_ms=report.until_ms)
+        report.alerts_file = str(self.alerts_file)
         path = self.opts.report_path or self.demo_dir / "report.html"
         path.write_text(render_html(report), encoding="utf-8")
         print_summary(report, self.console)

@@ -80,3 +80,4 @@ def test_shortened_demo_detects_every_fault_and_decides_every_runbook(tmp_path: 
     html = result.report_html.read_text()
     assert "fabricwatch report" in html and "breaker_open" in html and "<svg" in html
     assert "Jobs and the links that hurt them" in html and "train-b" in html
+    assert "<h2>Alerts</h2>" in html and "breaker/" in html
