@@ -6,6 +6,7 @@ incident (one page, no page per port) whose approve reaches every member runbook
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -14,13 +15,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import SecretStr
 from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 from test_remediation import make_input, start, until, wid
 from wf_helpers import FileFabric, TicketServer, fabric_activities
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/: the fakes package
+from fakes.alert_receivers import PagerDutyServer  # noqa: E402
+
 from schemas.events import Incident, IncidentCause
-from workflows.adapters.notify import FileNotifier, read_alerts_file
+from workflows.adapters.notify import FileNotifier, Notifier, PagerDutyNotifier, read_alerts_file
 from workflows.budget.activities import BudgetActivities
 from workflows.incident.activities import IncidentActivities
 from workflows.incident.dispatch import IncidentDispatcher
@@ -44,9 +49,11 @@ CFG = IncidentConfig(debounce_s=0.5, notify_timeout_s=10, signal_timeout_s=10)
 
 @asynccontextmanager
 async def incident_worker(client: Client, task_queue: str, alerts: Path, fabric: FileFabric,
-                          tickets: TicketServer) -> AsyncIterator[Any]:
+                          tickets: TicketServer, notifier: Notifier | None = None
+                          ) -> AsyncIterator[Any]:
     acts, sink = fabric_activities(fabric, tickets.url)
-    incident = IncidentActivities(client, FileNotifier(alerts), task_queue, records=sink)
+    incident = IncidentActivities(client, notifier or FileNotifier(alerts), task_queue,
+                                  records=sink)
     worker = build_worker(client, task_queue, activity_functions(
         acts, BudgetActivities(client, task_queue), incident=incident))
     try:
@@ -217,3 +224,42 @@ async def test_breaker_refusals_join_the_su_incident_and_page_once(
         for h in (hh, *handles):
             await h.signal(PortRemediation.abort, AbortRequest(actor="t"))
             await asyncio.wait_for(h.result(), 60)
+
+
+async def test_an_undelivered_page_is_retried_never_counted_as_sent(
+        wf_env: WorkflowEnvironment, tmp_path: Path, ticket_server: TicketServer,
+        task_queue: str) -> None:
+    """PagerDuty (a loopback server that checks the Events API v2 schema) is down for the
+    first attempts: the incident's page is retried until accepted, and only then counted;
+    ack and close reach it as acknowledge and resolve with the incident's dedup_key."""
+    pd = PagerDutyServer()
+    await pd.start()
+    pd.fail_next = 2
+    notifier = PagerDutyNotifier(SecretStr("0123456789abcdef0123456789abcdef"), url=pd.url)
+    client = wf_env.client
+    fab = f"f{uuid.uuid4().hex[:8]}"
+    inc = f"inc-{uuid.uuid4().hex[:8]}"
+    try:
+        async with incident_worker(client, task_queue, tmp_path / "unused.jsonl",
+                                   FileFabric(tmp_path), ticket_server, notifier):
+            dispatcher = IncidentDispatcher(client, task_queue=task_queue, config=CFG)
+            await dispatcher.handle(incident_event(fab, inc, "open", ["spine-07:1"]))
+            handle = client.get_workflow_handle_for(IncidentRunbook.run,
+                                                    incident_workflow_id(fab, inc))
+            await asyncio.sleep(1.0)
+            view = await handle.query(IncidentRunbook.status)
+            assert view.alerts_sent == 0 and pd.events == []  # down: not sent, not counted
+            view = await until_view(handle, lambda v: v.alerts_sent == 1, within=60)
+            assert view.receivers == ["pagerduty"] and pd.fail_next == 0
+            await handle.signal(IncidentRunbook.ack, Decision(actor="oncall-ann"))
+            await until_view(handle, lambda v: v.alerts_sent == 2)
+            await handle.signal(IncidentRunbook.close, Decision(actor="oncall-ann"))
+            await asyncio.wait_for(handle.result(), 30)
+        key = alert_key(fab, inc)
+        assert [e["event_action"] for e in pd.events] == ["trigger", "acknowledge", "resolve"]
+        assert {e["dedup_key"] for e in pd.events} == {key}
+        assert pd.incidents[key] == "resolved" and pd.refused == []
+        assert not (tmp_path / "unused.jsonl").exists()
+    finally:
+        await notifier.aclose()
+        await pd.stop()
