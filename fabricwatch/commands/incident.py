@@ -179,6 +179,8 @@ def show_command(ident: str, as_json: bool) -> None:
         click.echo(f"  reason: {v.reason}")
     click.echo(f"  alert: {v.alert_key}  sent {v.alerts_sent} time(s) to "
                f"{', '.join(v.receivers) or '-'}")
+    if v.alert_error:
+        click.echo(f"  ALERT REFUSED (not sent): {v.alert_error}")
     click.echo(f"  acknowledged by: {v.acked_by or '-'}  decision: "
                + (f"{v.decision.action} by {v.decision.actor}" if v.decision else "-")
                + (f"  waiting for: {v.waiting_for}" if v.waiting_for else ""))

@@ -54,6 +54,17 @@ PD_DEDUP_MAX = 255
 ANNOTATION_MAX = 4000  # keeps a member list from making one annotation unreadable
 
 
+def dedup_key(key: str) -> str:
+    """``key`` as a receiver's deduplication key: at most 255 characters (PagerDuty's limit),
+    a longer one replaced by its prefix and a hash, so it stays one key per alert."""
+    if len(key) <= PD_DEDUP_MAX:
+        return key
+    import hashlib
+
+    digest = hashlib.sha256(key.encode()).hexdigest()
+    return f"{key[:PD_DEDUP_MAX - 74]}...sha256:{digest}"  # 3 + 7 + 64 characters
+
+
 class Alert(BaseModel):
     """One alert: who it is (``key``, ``kind``, ``fabric``, ``labels``) and what it says."""
 

@@ -20,7 +20,7 @@ from pydantic import SecretStr
 
 from workflows.adapters.base import AdapterError, Ticketing
 from workflows.adapters.http import RestClient
-from workflows.adapters.notify import Alert, AlertAction, Notifier
+from workflows.adapters.notify import Alert, AlertAction, Notifier, dedup_key
 
 
 class WebhookTicketing:
@@ -116,6 +116,6 @@ def runbook_alert(key: str, summary: str, details: dict[str, Any],
     if port.get("su"):
         labels["su"] = str(port["su"])
     shown = {k: v for k, v in details.items() if k != "port"}
-    return Alert(key=key, kind="runbook", action=action, fabric=fabric, summary=summary,
+    return Alert(key=dedup_key(key), kind="runbook", action=action, fabric=fabric, summary=summary,
                  labels=labels, details=shown, started_ms=now, ts_ms=now,
                  ended_ms=now if action == "resolve" else None)

@@ -35,7 +35,7 @@ def alert_key(fabric: str, incident: str) -> str:
     key = f"incident/{fabric}/{incident}"
     if len(key) <= 255:
         return key
-    return f"incident/{fabric}/sha256:{hashlib.sha256(incident.encode()).hexdigest()}"
+    return f"incident/{fabric[:100]}/sha256:{hashlib.sha256(incident.encode()).hexdigest()}"
 
 
 class IncidentSnapshot(_Model):
@@ -120,6 +120,7 @@ class IncidentView(_Model):
     alerts_sent: int
     receivers: list[str]
     waiting_for: str | None
+    alert_error: str | None = None  # the last alert a receiver refused for good (not sent)
 
 
 class IncidentResult(_Model):

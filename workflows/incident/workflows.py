@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from workflows.adapters.notify import Alert
@@ -69,6 +70,7 @@ class IncidentRunbook:
         self._decision = inp.decision
         self._sent = inp.alerts_sent
         self._receivers: list[str] = []
+        self._alert_error: str | None = None
         self._version = 0  # bumped by every member change
         self._sent_version = 0  # the member list the alert last showed
         self._pending: list[Decision] = []
@@ -120,7 +122,8 @@ class IncidentRunbook:
             su=s.su, reason=s.reason, members=self.members(), runbooks=dict(self._runbooks),
             acked_by=self._acked_by, decision=self._decision,
             alert_key=alert_key(s.fabric, s.incident), alerts_sent=self._sent,
-            receivers=self._receivers, waiting_for=self._waiting_for())
+            receivers=self._receivers, waiting_for=self._waiting_for(),
+            alert_error=self._alert_error)
 
     def members(self) -> list[str]:
         return sorted(set(self._snap.members) | set(self._runbooks))
@@ -203,9 +206,17 @@ class IncidentRunbook:
     async def _notify(self, action: Literal["trigger", "update", "acknowledge", "resolve"]
                       ) -> None:
         shown = self._version  # changes while the activity runs are the next update's
-        res = await workflow.execute_activity_method(
-            IncidentActivities.notify, NotifyInput(alert=self._alert(action)),
-            start_to_close_timeout=_s(self._cfg.notify_timeout_s), retry_policy=NOTIFY)
+        try:
+            res = await workflow.execute_activity_method(
+                IncidentActivities.notify, NotifyInput(alert=self._alert(action)),
+                start_to_close_timeout=_s(self._cfg.notify_timeout_s), retry_policy=NOTIFY)
+        except ActivityError as exc:
+            # a receiver refused this payload for good: not sent, shown in the status; the
+            # incident goes on (the next update or refresh tries again)
+            self._alert_error = f"{action}: {exc.cause or exc}"[:500]
+            self._sent_version = shown
+            return
+        self._alert_error = None
         self._sent_version = shown
         self._sent += 1
         self._receivers = res.receivers

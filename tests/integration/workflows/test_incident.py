@@ -263,3 +263,31 @@ async def test_an_undelivered_page_is_retried_never_counted_as_sent(
     finally:
         await notifier.aclose()
         await pd.stop()
+
+
+async def test_a_refused_alert_is_shown_not_counted_and_the_incident_goes_on(
+        wf_env: WorkflowEnvironment, tmp_path: Path, ticket_server: TicketServer,
+        task_queue: str) -> None:
+    pd = PagerDutyServer()
+    await pd.start()
+    notifier = PagerDutyNotifier(SecretStr("not-an-integration-key"), url=pd.url)
+    client = wf_env.client
+    fab = f"f{uuid.uuid4().hex[:8]}"
+    inc = f"inc-{uuid.uuid4().hex[:8]}"
+    try:
+        async with incident_worker(client, task_queue, tmp_path / "unused.jsonl",
+                                   FileFabric(tmp_path), ticket_server, notifier):
+            await IncidentDispatcher(client, task_queue=task_queue, config=CFG).handle(
+                incident_event(fab, inc, "open", ["spine-07:1"]))
+            handle = client.get_workflow_handle_for(IncidentRunbook.run,
+                                                    incident_workflow_id(fab, inc))
+            view = await until_view(handle, lambda v: v.alert_error is not None)
+            assert view.alerts_sent == 0 and "routing_key" in view.alert_error
+            assert "not-an-integration-key" not in view.alert_error
+            await handle.signal(IncidentRunbook.close, Decision(actor="oncall-bo"))
+            result = await asyncio.wait_for(handle.result(), 30)
+        assert result.outcome == "closed_by_human" and result.alerts_sent == 0
+        assert pd.events == [] and len(pd.refused) == 2  # the trigger and the resolve
+    finally:
+        await notifier.aclose()
+        await pd.stop()

@@ -92,6 +92,15 @@ def test_pagerduty_event_actions_and_dedup_key() -> None:
     assert pagerduty_event(alert("resolve"), KEY)["event_action"] == "resolve"
 
 
+def test_long_keys_become_one_255_character_dedup_key() -> None:
+    from workflows.adapters.notify import dedup_key
+
+    long = "remediate/lab/" + "x" * 400
+    assert dedup_key("short") == "short"
+    assert len(dedup_key(long)) == 255 and dedup_key(long) == dedup_key(long)
+    assert dedup_key(long) != dedup_key(long + "y")
+
+
 def test_the_validating_servers_refuse_wrong_payloads() -> None:
     assert pagerduty_errors({"routing_key": KEY, "event_action": "fire"})
     assert pagerduty_errors({"routing_key": "short", "event_action": "resolve",
