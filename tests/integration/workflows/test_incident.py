@@ -26,6 +26,7 @@ from fakes.alert_receivers import PagerDutyServer  # noqa: E402
 
 from schemas.events import Incident, IncidentCause
 from workflows.adapters.notify import FileNotifier, Notifier, PagerDutyNotifier, read_alerts_file
+from workflows.adapters.records import MemorySink
 from workflows.budget.activities import BudgetActivities
 from workflows.incident.activities import IncidentActivities
 from workflows.incident.dispatch import IncidentDispatcher
@@ -291,3 +292,42 @@ async def test_a_refused_alert_is_shown_not_counted_and_the_incident_goes_on(
     finally:
         await notifier.aclose()
         await pd.stop()
+
+
+async def test_a_runbook_page_is_one_alert_resolved_when_the_runbook_ends(
+        wf_env: WorkflowEnvironment, tmp_path: Path, ticket_server: TicketServer,
+        task_queue: str) -> None:
+    """The worker's pages go through the notifier (``NotifierTicketing``), tickets to the
+    webhook: a runbook whose isolation the controller refuses needs a human, which is one
+    alert keyed by its workflow id; the runbook's end resolves it."""
+    from workflows.adapters.k8s import NoFencer
+    from workflows.adapters.sim import SimChecker, SimControllerAdapter, SimEvidence
+    from workflows.adapters.ticket import NotifierTicketing, WebhookTicketing
+    from workflows.remediation.activities import FabricActivities
+
+    client = wf_env.client
+    fabric = FileFabric(tmp_path)
+    fabric.fail(isolate="reject")
+    alerts = tmp_path / "alerts.jsonl"
+    adapter = SimControllerAdapter(fabric, fabric.dir)
+    acts = FabricActivities(records=MemorySink(), controller=adapter,
+                            evidence=SimEvidence(adapter), checker=SimChecker(adapter),
+                            fencer=NoFencer(), ticketing=NotifierTicketing(
+                                FileNotifier(alerts), WebhookTicketing(ticket_server.url)))
+    worker = build_worker(client, task_queue, activity_functions(
+        acts, BudgetActivities(client, task_queue)))
+    inp = make_input("leaf-su05-r1", 9, su="su05")
+    try:
+        async with worker:
+            h = await start(client, inp, task_queue)
+            await until(h, lambda s: s.state == "needs_human")
+            await h.signal(PortRemediation.abort, AbortRequest(actor="lead"))
+            result = await asyncio.wait_for(h.result(), 60)
+    finally:
+        await acts.aclose()
+    assert result.outcome == "aborted"
+    sent = alerts_of(alerts, wid(inp))
+    assert [a["action"] for a in sent] == ["trigger", "resolve"]
+    assert sent[0]["kind"] == "runbook" and sent[0]["labels"]["port"] == "leaf-su05-r1:9"
+    assert "could not complete" in sent[0]["summary"]
+    assert ticket_server.ops(wid(inp), "page") == []  # pages are alerts, not ticket ops
