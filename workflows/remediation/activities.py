@@ -286,7 +286,8 @@ class FabricActivities:
 
     @activity.defn(name="open_breaker")
     async def open_breaker(self, inp: BreakerInput) -> BreakerResult:
-        """Publish/record a ``breaker_open`` detection and page a human."""
+        """Publish/record a ``breaker_open`` detection; page a human unless the SU's breaker
+        incident does (``inp.page`` False)."""
         det_id = f"{inp.workflow_id}/breaker/{inp.detection.id}"
         det = Detection(
             id=det_id, ts=event_ts(inp.ts), fabric=inp.port.fabric, source=SOURCE,

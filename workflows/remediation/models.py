@@ -363,7 +363,8 @@ class TicketResult(_Model):
 
 
 class BreakerInput(_Model):
-    """The budget refused: publish a ``breaker_open`` detection and page a human."""
+    """The budget refused: publish a ``breaker_open`` detection (and page, unless ``page`` is
+    False: since the ``incident-alerts`` patch the SU's breaker incident pages)."""
 
     workflow_id: str
     port: PortRef

@@ -8,7 +8,9 @@ leaf-spine link: ``isolateEnd`` in the policy), ``peer`` the other end.
 
 1. evidence: perfquery / mlxlink / cable info into the ledger before anything changes;
 2. budget: the SU's and the fabric's ``IsolationBudget`` grant, or the breaker opens: a
-   ``breaker_open`` detection, a page, and a wait for a human's approve or abort;
+   ``breaker_open`` detection, the SU's breaker incident joined (it pages once for the SU;
+   patch ``incident-alerts``, before it a page per runbook), and a wait for a human's
+   approve or abort (the incident's reaches every member);
 3. isolate the port, label and taint the node's rail;
 4. open a ticket with both cable ends, the evidence and the detection;
 5. the repair ladder: each rung waits for a technician's ``step_done`` (reminders, then an
