@@ -33,9 +33,10 @@ from schemas.events import Action, Detection, DetectionKind, Severity, Topology,
 from schemas.policy import Policy
 from sim.controller import SimController
 from workflows.adapters.k8s import NoFencer
+from workflows.adapters.notify import FileNotifier
 from workflows.adapters.records import MemorySink
 from workflows.adapters.sim import SimChecker, SimControllerAdapter, SimEvidence
-from workflows.adapters.ticket import LogTicketing
+from workflows.adapters.ticket import NotifierTicketing
 from workflows.budget.activities import BudgetActivities
 from workflows.budget.models import BudgetInput, GrantRequest, ReleaseRequest
 from workflows.budget.workflows import IsolationBudget
@@ -160,7 +161,8 @@ async def main() -> None:
             sink = MemorySink()
             acts = FabricActivities(records=sink, controller=sim,
                                     evidence=SimEvidence(sim), checker=SimChecker(sim),
-                                    fencer=NoFencer(), ticketing=LogTicketing())
+                                    fencer=NoFencer(), ticketing=NotifierTicketing(
+                                        FileNotifier(Path(tmp) / "alerts.jsonl")))
             worker = build_worker(client, QUEUE,
                                   activity_functions(acts, BudgetActivities(client, QUEUE)))
             async with worker:

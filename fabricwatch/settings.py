@@ -79,6 +79,12 @@ class SecretsSettings(_Frozen):
     sonic_password: SecretStr | None = None
     sonic_password_file: Path | None = None
     ticket_token: SecretStr | None = None
+    # alert receivers (workflows/adapters/notify): the PagerDuty Events API v2 routing key
+    # and the Slack incoming webhook's URL (the URL itself is the secret)
+    pagerduty_routing_key: SecretStr | None = None
+    pagerduty_routing_key_file: Path | None = None
+    slack_webhook_url: SecretStr | None = None
+    slack_webhook_url_file: Path | None = None
     # the ClickHouse server's password, instead of writing it into clickhouse_url
     clickhouse_password: SecretStr | None = None
     clickhouse_password_file: Path | None = None
@@ -107,6 +113,21 @@ class StreamsSettings(_Frozen):
     instance_id: str | None = None
 
 
+class NotifySettings(_Frozen):
+    """Where alerts go (workflows/adapters/notify). Every receiver configured here gets
+    every alert; with none (no Alertmanager URL, PagerDuty or Slack), alerts are appended to
+    ``file`` (default: ``STATE_DIR/alerts.jsonl``), never only kept in memory."""
+
+    alertmanager_url: str | None = None  # e.g. http://alertmanager.monitoring:9093
+    pagerduty: bool = False  # send to PagerDuty (the routing key from the secrets)
+    pagerduty_url: str = "https://events.pagerduty.com/v2/enqueue"
+    slack: bool = False  # post to Slack (the webhook URL from the secrets)
+    file: Path | None = None  # also (or, with no receiver, only) append alerts here
+    generator_url: str = ""  # Alertmanager's back-link (e.g. the Temporal UI)
+    # a firing alert's Alertmanager endsAt this far ahead; the incident re-posts at half
+    horizon_s: float = 24 * 3600.0
+
+
 class Settings(BaseSettings):
     """Everything a fabricwatch process is configured with."""
 
@@ -127,6 +148,7 @@ class Settings(BaseSettings):
     ledger: LedgerSettings = LedgerSettings()
     secrets: SecretsSettings = SecretsSettings()
     streams: StreamsSettings = StreamsSettings()
+    notify: NotifySettings = NotifySettings()
     # Serve Prometheus metrics on this port (fabricwatch.metrics); unset: no endpoint.
     metrics_port: int | None = None
 
@@ -143,6 +165,18 @@ class Settings(BaseSettings):
                 read_secret(sec.ledger_http_readonly_password,
                             sec.ledger_http_readonly_password_file,
                             "ledger endpoint read-only password"))
+
+    def pagerduty_routing_key(self) -> SecretStr | None:
+        return read_secret(self.secrets.pagerduty_routing_key,
+                           self.secrets.pagerduty_routing_key_file, "PagerDuty routing key")
+
+    def slack_webhook_url(self) -> SecretStr | None:
+        return read_secret(self.secrets.slack_webhook_url, self.secrets.slack_webhook_url_file,
+                           "Slack webhook URL")
+
+    @property
+    def alerts_file(self) -> Path:
+        return self.notify.file or self.state_dir / "alerts.jsonl"
 
     @property
     def ledger_path(self) -> Path:

@@ -20,6 +20,7 @@ from pydantic import SecretStr
 from fabricwatch.settings import SecretFileError, Settings, read_secret
 from schemas.policy import CheckCommand
 from workflows.adapters.base import Checker, Controller, EvidenceSource, NodeFencer, RecordSink
+from workflows.adapters.notify import Notifier
 from workflows.remediation.activities import FabricActivities
 
 if TYPE_CHECKING:
@@ -57,6 +58,12 @@ class WiringOptions:
     probe_partners: Mapping[int, str] = field(default_factory=dict)
     # judge the clean-counter wait from the ledger's counter deltas (else the controller's view)
     counters_from_ledger: bool = False
+    # alert receivers beside the settings' (settings.notify): an Alertmanager URL, PagerDuty
+    # and Slack on (their secrets from the settings), another alerts file
+    alertmanager_url: str | None = None
+    pagerduty: bool = False
+    slack: bool = False
+    alerts_file: Path | None = None
 
 
 def _secret(value: SecretStr | None, path: Path | None, what: str) -> SecretStr | None:
@@ -125,8 +132,59 @@ def build_controller(settings: Settings, opts: WiringOptions, records: RecordSin
         raise WiringError(str(exc)) from None
 
 
+def build_notifier(settings: Settings, opts: WiringOptions | None = None) -> Notifier:
+    """Every configured alert receiver (a fan-out), or the alerts file when none is.
+
+    The file also gets every alert when ``notify.file`` / ``--alerts-file`` is given. A
+    receiver switched on without its secret is a WiringError at start-up.
+    """
+    from workflows.adapters.notify import (
+        AlertmanagerNotifier,
+        FanoutNotifier,
+        FileNotifier,
+        PagerDutyNotifier,
+        SlackNotifier,
+    )
+
+    opts = opts or WiringOptions()
+    conf = settings.notify
+    receivers: list[Notifier] = []
+    am_url = opts.alertmanager_url or conf.alertmanager_url
+    if am_url:
+        if not am_url.startswith(("http://", "https://")):
+            raise WiringError(f"the Alertmanager URL must be http(s)://, not {am_url!r}")
+        receivers.append(AlertmanagerNotifier(am_url, generator_url=conf.generator_url))
+    if opts.pagerduty or conf.pagerduty:
+        try:
+            key = settings.pagerduty_routing_key()
+        except SecretFileError as exc:
+            raise WiringError(str(exc)) from None
+        if key is None or not key.get_secret_value():
+            raise WiringError("PagerDuty is on but no routing key is set "
+                              "(FABRICWATCH_SECRETS__PAGERDUTY_ROUTING_KEY_FILE)")
+        receivers.append(PagerDutyNotifier(key, url=conf.pagerduty_url))
+    if opts.slack or conf.slack:
+        try:
+            url = settings.slack_webhook_url()
+        except SecretFileError as exc:
+            raise WiringError(str(exc)) from None
+        if url is None or not url.get_secret_value().startswith(("http://", "https://")):
+            raise WiringError("Slack is on but no webhook URL (http/https) is set "
+                              "(FABRICWATCH_SECRETS__SLACK_WEBHOOK_URL_FILE)")
+        receivers.append(SlackNotifier(url))
+    explicit_file = opts.alerts_file or conf.file
+    if explicit_file is not None or not receivers:
+        receivers.append(FileNotifier(explicit_file or settings.alerts_file))
+    return receivers[0] if len(receivers) == 1 else FanoutNotifier(receivers)
+
+
 async def check(settings: Settings, opts: WiringOptions) -> None:
-    """Build (and close) the controller once: every WiringError before the worker starts."""
+    """Build (and close) the controller and the notifier once: every WiringError before the
+    worker starts."""
+    notifier = build_notifier(settings, opts)
+    close_notifier = getattr(notifier, "aclose", None)
+    if close_notifier is not None:
+        await close_notifier()
     if opts.controller == "sim":
         return
     controller = build_controller(settings, opts, None)
@@ -188,16 +246,13 @@ async def build_activities(settings: Settings, opts: WiringOptions, stack: Async
         from workflows.adapters.k8s import NoFencer
 
         fencer = NoFencer()
-    ticketing: Any
-    if opts.ticket_webhook:
-        from workflows.adapters.ticket import WebhookTicketing
+    from workflows.adapters.ticket import NotifierTicketing, WebhookTicketing
 
-        ticketing = WebhookTicketing(opts.ticket_webhook, settings.secrets.ticket_token)
-        stack.push_async_callback(ticketing.aclose)
-    else:
-        from workflows.adapters.ticket import LogTicketing
-
-        ticketing = LogTicketing()
+    # pages go through the notifier; tickets to the webhook, else the runbook's own records
+    tickets = (WebhookTicketing(opts.ticket_webhook, settings.secrets.ticket_token)
+               if opts.ticket_webhook else None)
+    ticketing = NotifierTicketing(build_notifier(settings, opts), tickets)
+    stack.push_async_callback(ticketing.aclose)
     from workflows.adapters.jobs import LedgerJobs
 
     def connect_jobs_ledger() -> Any:

@@ -21,10 +21,12 @@ from fabricwatch.settings import Settings
 from workflows.audit import AuditActivities, TopologyAudit
 from workflows.budget.activities import BudgetActivities
 from workflows.budget.workflows import IsolationBudget
+from workflows.incident.activities import IncidentActivities
+from workflows.incident.workflows import IncidentRunbook
 from workflows.remediation.activities import FabricActivities
 from workflows.remediation.workflows import PortRemediation
 
-WORKFLOWS: tuple[type, ...] = (PortRemediation, IsolationBudget, TopologyAudit)
+WORKFLOWS: tuple[type, ...] = (PortRemediation, IsolationBudget, TopologyAudit, IncidentRunbook)
 
 
 async def connect(settings: Settings, *, target: str | None = None) -> Client:
@@ -34,13 +36,28 @@ async def connect(settings: Settings, *, target: str | None = None) -> Client:
                                 data_converter=pydantic_data_converter)
 
 
+def incident_activities(fabric: FabricActivities, budget: BudgetActivities
+                        ) -> IncidentActivities:
+    """The incident runbook's activities with the worker's notifier: the one its pages go
+    through (``NotifierTicketing``), else its ticket system's pages."""
+    from workflows.adapters.notify import Notifier, TicketingNotifier
+
+    notifier: Notifier = getattr(fabric.ticketing, "notifier", None) or TicketingNotifier(
+        fabric.ticketing)
+    return IncidentActivities(budget.client, notifier, budget.task_queue,
+                              records=fabric.records)
+
+
 def activity_functions(fabric: FabricActivities, budget: BudgetActivities,
-                       audit: AuditActivities | None = None) -> list[Callable[..., Any]]:
+                       audit: AuditActivities | None = None,
+                       incident: IncidentActivities | None = None) -> list[Callable[..., Any]]:
+    incident = incident or incident_activities(fabric, budget)
     funcs: list[Callable[..., Any]] = [
         fabric.record_action, fabric.capture_evidence, fabric.isolate_port,
         fabric.unisolate_port, fabric.reset_counters, fabric.repair_step, fabric.fence_node,
         fabric.unfence_node, fabric.run_check, fabric.ticket, fabric.open_breaker,
         fabric.port_state, budget.acquire, budget.release, budget.rail_hold, budget.rail_release,
+        incident.notify, incident.join, incident.signal_runbooks, incident.record,
     ]
     if audit is not None:
         funcs.append(audit.audit_topology)
@@ -64,9 +81,13 @@ async def run_worker(settings: Settings, client: Client, fabric: FabricActivitie
                      *, task_queue: str | None = None,
                      stop: asyncio.Event | None = None) -> None:
     """Run the worker on ``settings.temporal.task_queue`` until ``stop`` is set."""
+    from workflows.incident.activities import default_config
+
     queue = task_queue or settings.temporal.task_queue
     budget = budget or BudgetActivities(client, queue)
-    worker = build_worker(client, queue, activity_functions(fabric, budget, audit))
+    incident = incident_activities(fabric, budget)
+    incident.config = default_config(settings.notify.horizon_s)
+    worker = build_worker(client, queue, activity_functions(fabric, budget, audit, incident))
     if stop is None:
         await worker.run()
         return

@@ -62,6 +62,8 @@ def demo_command(preset: str, fresh: bool, short: bool, timeout_s: float, clean_
     for view in result.runbooks.values():
         decided[view.state] = decided.get(view.state, 0) + 1
     console.print("runbooks: " + ", ".join(f"{n} {s}" for s, n in sorted(decided.items())))
+    console.print(f"alerts: {result.alerts_distinct} alert(s), {result.alerts_sent} message(s)"
+                  f" to {result.alerts_to or 'nowhere'}")
     console.print(f"finished in {result.elapsed_s:,.0f} s"
                   + ("" if result.ok else f" — [red]{result.message}[/]: missing "
                      f"{result.missing}, undecided {result.undecided}"))

@@ -19,7 +19,7 @@ from schemas.policy import parse_duration_s
 def report_command(since: str, out: Path) -> None:
     """Write the report of the last SINCE from the ledger the settings select."""
     from fabricwatch.commands.ledger import _opened
-    from fabricwatch.report.build import build_report
+    from fabricwatch.report.build import alerts_from_file, build_report
     from fabricwatch.report.html import render_html
     from fabricwatch.report.terminal import print_summary
 
@@ -34,6 +34,10 @@ def report_command(since: str, out: Path) -> None:
         report = build_report(ledger, since_ms=now_ms - int(seconds * 1000), until_ms=now_ms,
                               temporal_ui=f"http://{t.host}:{t.ui_port}/namespaces/"
                                           f"{t.namespace}/workflows")
+    if settings.alerts_file.exists():  # the alerts the notifier recorded (its file)
+        report.alerts = alerts_from_file(settings.alerts_file, since_ms=report.since_ms,
+                                         until_ms=report.until_ms)
+        report.alerts_file = str(settings.alerts_file)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(render_html(report), encoding="utf-8")

@@ -7,8 +7,10 @@ of the cable, in the configured fabric. Every action carries the actor (default:
 name), which the runbook records in the ledger. Exit code 2 on a bad ID or a step the
 runbook is not awaiting.
 
-``runbook-worker`` runs the Temporal worker and the dispatcher (``fabric.detections`` ->
-signal-with-start) until SIGINT/SIGTERM.
+``runbook-worker`` runs the Temporal worker, the dispatcher (``fabric.detections`` ->
+signal-with-start) and the incident consumer (``fabric.incidents`` -> one incident runbook
+each) until SIGINT/SIGTERM; alerts go to the configured receivers (``--alertmanager``,
+``--pagerduty``, ``--slack``), else to the alerts file.
 """
 
 from __future__ import annotations
@@ -437,6 +439,18 @@ def reconcile_command(apply_: bool, controller: str, sim_state: Path | None, fmt
                    "interface names, credentials by reference to secret files. A device or "
                    "port it does not list is refused.")
 @click.option("--ticket-webhook", default=None, help="POST ticket operations here.")
+@click.option("--alertmanager", "alertmanager_url", default=None, metavar="URL",
+              help="Post alerts (incidents, pages) to this Alertmanager's v2 API (also "
+                   "FABRICWATCH_NOTIFY__ALERTMANAGER_URL).")
+@click.option("--pagerduty", is_flag=True,
+              help="Send alerts to PagerDuty Events API v2 (routing key: "
+                   "FABRICWATCH_SECRETS__PAGERDUTY_ROUTING_KEY_FILE).")
+@click.option("--slack", is_flag=True,
+              help="Post alerts to a Slack incoming webhook (its URL: "
+                   "FABRICWATCH_SECRETS__SLACK_WEBHOOK_URL_FILE).")
+@click.option("--alerts-file", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="Also append every alert to this JSON-lines file (with no receiver it is "
+                   "the only one; default STATE_DIR/alerts.jsonl).")
 @click.option("--k8s/--no-k8s", default=False, show_default=True,
               help="Label and taint nodes through the Kubernetes API.")
 @click.option("--kubeconfig", default=None)
@@ -465,7 +479,9 @@ def reconcile_command(apply_: bool, controller: str, sim_state: Path | None, fmt
               default="info", show_default=True)
 def runbook_worker_command(policy_path: Path | None, controller: str, records: str,
                            sim_state: Path | None, inventory_path: Path | None,
-                           ticket_webhook: str | None, k8s: bool, kubeconfig: str | None,
+                           ticket_webhook: str | None, alertmanager_url: str | None,
+                           pagerduty: bool, slack: bool, alerts_file: Path | None,
+                           k8s: bool, kubeconfig: str | None,
                            topology_path: Path | None, counters_check: str,
                            checks: tuple[str, ...], partners: tuple[str, ...], dispatch: bool,
                            audit_plan: Path | None, audit_discovered: Path | None,
@@ -497,7 +513,9 @@ def runbook_worker_command(policy_path: Path | None, controller: str, records: s
                          sim_state_dir=sim_state, inventory_path=inventory_path,
                          topology=inventory, ticket_webhook=ticket_webhook, k8s=k8s,
                          kubeconfig=kubeconfig, counters_from_ledger=counters_check == "ledger",
-                         check_commands=commands, probe_partners=probe_partners)
+                         check_commands=commands, probe_partners=probe_partners,
+                         alertmanager_url=alertmanager_url, pagerduty=pagerduty, slack=slack,
+                         alerts_file=alerts_file)
     from workflows.wiring import check
 
     try:  # a bad inventory, M_Key or secret file: exit 2 now, before anything connects
@@ -587,9 +605,18 @@ async def _serve(settings: Settings, policy: Policy, inventory: Any, opts: Any, 
                                                 BudgetActivities(client, queue), audit,
                                                 stop=stop))]
         if dispatch:
+            from workflows.incident.activities import default_config
+            from workflows.incident.dispatch import IncidentDispatcher, run_incident_consumer
+
             dispatcher = Dispatcher(client, policy, inventory, task_queue=queue)
             tasks.append(asyncio.create_task(run_dispatcher(
                 dispatcher, settings.kafka.bootstrap_servers, stop=stop)))
+            # fabric.incidents -> one IncidentRunbook per incident (it pages once)
+            incidents = IncidentDispatcher(client, task_queue=queue,
+                                           config=default_config(settings.notify.horizon_s),
+                                           bounds=dispatcher.bounds)
+            tasks.append(asyncio.create_task(run_incident_consumer(
+                incidents, settings.kafka.bootstrap_servers, stop=stop)))
         if settings.metrics_port is not None:  # Prometheus: runbooks by status, breaker per SU
             from fabricwatch.metrics import RunbookMetrics, start_metrics_server
 
@@ -602,8 +629,12 @@ async def _serve(settings: Settings, policy: Policy, inventory: Any, opts: Any, 
                 discovered_path=str(audit_discovered) if audit_discovered else None,
                 policy_yaml=policy_text), task_queue=queue)
             logging.getLogger(__name__).info("topology audit schedule %s", sid)
+        from workflows.adapters.notify import describe
+
+        alerts_to = describe(fabric.ticketing.notifier) if hasattr(fabric.ticketing,
+                                                                   "notifier") else "tickets"
         sys.stderr.write(f"runbook worker on {settings.temporal.target} queue {queue}"
-                         f"{' with dispatcher' if dispatch else ''}\n")
+                         f"{' with dispatcher' if dispatch else ''}; alerts to {alerts_to}\n")
         done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
         stop.set()
         await asyncio.gather(*tasks, return_exceptions=True)

@@ -109,6 +109,11 @@ class DemoResult:
     report_html: Path | None = None
     report: Any = None  # the fabricwatch.report.build.Report it was rendered from
     message: str = ""
+    # where the alerts went (Alertmanager's URL and/or the alerts file) and how many
+    alerts_to: str = ""
+    alerts_sent: int = 0  # every alert message (trigger, update, ack, resolve)
+    alerts_distinct: int = 0  # distinct alerts (one per incident or runbook that paged)
+    alerts_in_alertmanager: int | None = None  # listed by its API at the end (None: not used)
 
 
 class DemoError(RuntimeError):
@@ -135,6 +140,8 @@ class Demo:
         self._started_wall = time.time()
         self._known: dict[str, RunbookView] = {}
         self._children_started = time.time()
+        self.alertmanager: Any = None  # a LocalAlertmanager when the binary is built
+        self.alerts_file = self.state_dir / "alerts.jsonl"
 
     # ---- set-up -------------------------------------------------------------------------
 
@@ -208,7 +215,8 @@ class Demo:
         self._child("ledger", "ledger", "serve", "--ingest")
         self._child("worker", "worker", "--no-ledger", "--app-id", self.opts.app_id)
         self._child("runbooks", "runbook-worker", "--records", "kafka", "--topology",
-                    str(self.demo_dir / "ibnetdiscover.txt"))
+                    str(self.demo_dir / "ibnetdiscover.txt"), "--alerts-file",
+                    str(self.alerts_file), *self._alertmanager_args())
         ib_faults = [arg for spec in sc.specs(sc.ib_fabric) for arg in ("--fault", spec)]
         ib_faults += [arg for name, nodes in sc.jobs for arg in ("--job", f"{name}={','.join(nodes)}")]
         self._child("sim-ib", "sim", "run", "--preset", sc.ib_preset, "--fabric", sc.ib_fabric,
@@ -220,6 +228,51 @@ class Demo:
                     "--fabric", sc.roce_fabric, "--interval", sc.interval,
                     "--topology-every", "0", "--probe-every", "2",
                     "--state-dir", str(self.state_dir / "sim-roce"), *roce_faults)
+
+    def _alertmanager_args(self) -> list[str]:
+        """Start Alertmanager on a free loopback port when it is built (make setup); its URL
+        for the runbook worker. Without it the alerts go to the alerts file only."""
+        from fabricwatch.alertmanager import AlertmanagerUnavailable, LocalAlertmanager, find_binary
+        from fabricwatch.stack_config import free_ports
+
+        binary = find_binary()
+        if binary is None:
+            return []
+        try:
+            self.alertmanager = LocalAlertmanager(binary, free_ports(1)[0],
+                                                  self.demo_dir / "alertmanager").start()
+        except AlertmanagerUnavailable as exc:
+            self.console.print(f"[yellow]Alertmanager did not start ({exc}); alerts go to "
+                               f"{self.alerts_file}[/]")
+            self.alertmanager = None
+            return []
+        return ["--alertmanager", self.alertmanager.url]
+
+    def _alerts_summary(self, result: DemoResult) -> None:
+        """Where the alerts went and how many (the file has every one; Alertmanager is asked
+        what it holds now)."""
+        from workflows.adapters.notify import read_alerts_file
+
+        rows = read_alerts_file(self.alerts_file)
+        result.alerts_sent = len(rows)
+        result.alerts_distinct = len({r["key"] for r in rows})
+        places = [f"file {self.alerts_file}"]
+        if self.alertmanager is not None:
+            places.insert(0, f"Alertmanager {self.alertmanager.url}")
+            import json
+            import urllib.request
+
+            try:
+                with urllib.request.urlopen(  # noqa: S310 - our loopback Alertmanager
+                        f"{self.alertmanager.url}/api/v2/alerts", timeout=10) as resp:
+                    result.alerts_in_alertmanager = len(json.loads(resp.read()))
+            except OSError as exc:
+                self.console.print(f"[yellow]Alertmanager did not answer: {exc}[/]")
+        result.alerts_to = ", ".join(places)
+        held = ("" if result.alerts_in_alertmanager is None
+                else f"; {result.alerts_in_alertmanager} firing in Alertmanager now")
+        self.console.print(f"alerts: {result.alerts_distinct} alert(s), {result.alerts_sent} "
+                           f"message(s) to {result.alerts_to}{held}")
 
     def _check_children(self) -> None:
         for child in self.children:
@@ -278,10 +331,13 @@ class Demo:
                                    "the report shows what it holds[/]")
             result.report_html = self._report(result)
             result.jobs_touched = dict(self.jobs_touched)
+            self._alerts_summary(result)
             return result
         finally:
             if not self.opts.keep_running:
                 self._stop_children()
+                if self.alertmanager is not None:
+                    self.alertmanager.stop()
                 stack.down()
 
     async def _watch(self) -> DemoResult:
@@ -483,6 +539,11 @@ class Demo:
         finally:
             ledger.close()
         result.report = report
+        from fabricwatch.report.build import alerts_from_file
+
+        report.alerts = alerts_from_file(self.alerts_file, since_ms=report.since_ms,
+                                         until_ms=report.until_ms)
+        report.alerts_file = str(self.alerts_file)
         path = self.opts.report_path or self.demo_dir / "report.html"
         path.write_text(render_html(report), encoding="utf-8")
         print_summary(report, self.console)

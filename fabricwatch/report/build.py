@@ -225,6 +225,28 @@ class Report(BaseModel):
     probation_records: list[dict[str, Any]] = Field(default_factory=list)
     probation_outcomes: dict[str, int] = Field(default_factory=dict)
     temporal_ui: str | None = None
+    # the alerts the notifier's file recorded in the window, one row per alert key
+    # (``alerts_from_file``); None: no alerts file was read
+    alerts: list[dict[str, Any]] | None = None
+    alerts_file: str | None = None
+
+
+def alerts_from_file(path: Path, *, since_ms: int, until_ms: int) -> list[dict[str, Any]]:
+    """One row per alert (key) from the alerts file: what it said last, how often it was
+    sent, whether it is resolved; newest first."""
+    from workflows.adapters.notify import read_alerts_file
+
+    rows: dict[str, dict[str, Any]] = {}
+    for a in read_alerts_file(path):
+        if not since_ms <= int(a.get("ts_ms", 0)) < until_ms:
+            continue
+        row = rows.setdefault(a["key"], {"key": a["key"], "kind": a["kind"],
+                                         "fabric": a["fabric"], "first_ms": a["ts_ms"],
+                                         "messages": 0, "labels": a.get("labels", {})})
+        row.update(summary=a["summary"], last=a["action"], last_ms=a["ts_ms"],
+                   members=a.get("details", {}).get("member_count"))
+        row["messages"] += 1
+    return sorted(rows.values(), key=lambda r: -int(r["last_ms"]))
 
 
 REPORT_SQL = Path(__file__).resolve().parents[2] / "sql" / "report" / "report.sql"

@@ -328,6 +328,24 @@ def render_html(report: Report) -> str:
                          f"<td>{escape(str(r['step']))}</td><td>{escape(str(r['outcome']))}"
                          f"</td><td>{escape(str(r.get('note') or ''))}</td></tr>")
         parts.append("</table>")
+    if report.alerts is not None:
+        parts.append("<h2>Alerts</h2>")
+        where = escape(report.alerts_file or "")
+        if report.alerts:
+            parts.append(f"<p>{len(report.alerts)} alert(s), "
+                         f"{sum(int(a['messages']) for a in report.alerts)} message(s), as the "
+                         f"notifier recorded them in <code>{where}</code>.</p>")
+            parts.append("<table><tr><th>alert</th><th>kind</th><th>members</th>"
+                         "<th>last</th><th>messages</th><th>summary</th></tr>")
+            for a in report.alerts[:100]:
+                members = "" if a.get("members") is None else str(a["members"])
+                parts.append(f"<tr><td>{escape(str(a['key']))}</td><td>{escape(a['kind'])}</td>"
+                             f"<td>{members}</td><td>{escape(str(a['last']))}</td>"
+                             f"<td>{a['messages']}</td><td>{escape(str(a['summary']))}</td></tr>")
+            parts.append("</table>")
+        else:
+            parts.append(f"<p class='muted'>No alert in <code>{where}</code> for this window."
+                         "</p>")
     if report.temporal_ui:
         ui = escape(report.temporal_ui)
         parts.append(f"<p>Each runbook's full history: <a href='{ui}'>{ui}</a> "

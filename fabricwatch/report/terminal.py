@@ -108,6 +108,11 @@ def print_summary(report: Report, console: Console) -> None:
         more = len(report.unknown_ports) - 10
         console.print(f"stopped reporting (unknown): {shown}"
                       + (f" and {more} more" if more > 0 else ""))
+    if report.alerts:
+        paged = sum(1 for a in report.alerts if a["last"] != "resolve")
+        console.print(f"alerts: {len(report.alerts)} ({paged} not resolved), "
+                      f"{sum(int(a['messages']) for a in report.alerts)} message(s) in "
+                      f"{report.alerts_file}")
     if report.latencies:
         lat = sorted(r.latency_s for r in report.latencies)
         console.print(f"detection to isolation: {len(lat)} isolations, p50 "

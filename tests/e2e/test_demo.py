@@ -14,8 +14,10 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from fabricwatch.alertmanager import find_binary
 from fabricwatch.demo.run import DECIDED_STATES, Demo, DemoOptions
 from fabricwatch.settings import KafkaSettings, LedgerSettings, Settings, TemporalSettings
+from workflows.adapters.notify import read_alerts_file
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.timeout(1500)]
 
@@ -30,8 +32,9 @@ def test_shortened_demo_detects_every_fault_and_decides_every_runbook(tmp_path: 
     # The demo starts and stops its own broker and Temporal server, as `make demo` does, so
     # its traffic never reaches the session broker other tests read from the start.
     tag = uuid.uuid4().hex[:6]
+    state = tmp_path / "state"
     settings = Settings(
-        state_dir=tmp_path / "state",
+        state_dir=state,
         clickhouse_url=None,
         kafka=KafkaSettings(port=_free_port(), controller_port=_free_port()),
         temporal=TemporalSettings(port=_free_port(), ui_port=_free_port()),
@@ -66,6 +69,16 @@ def test_shortened_demo_detects_every_fault_and_decides_every_runbook(tmp_path: 
     assert result.jobs_touched["rising BER"] == ["train-a"]
     assert result.jobs_touched["RoCE pause storm"] == []
     assert all("eval-c" not in jobs for jobs in result.jobs_touched.values())
+    # pages reach a receiver: Alertmanager when built (make setup), else the alerts file; the
+    # spine reboot's refusals are one breaker incident per SU, paged once
+    assert result.alerts_distinct >= 1 and str(state / "alerts.jsonl") in result.alerts_to
+    assert ("Alertmanager" in result.alerts_to) == (find_binary() is not None)
+    breaker_pages: dict[str, int] = {}
+    for row in read_alerts_file(state / "alerts.jsonl"):
+        if row["kind"] == "incident" and row["labels"].get("cause") == "breaker":
+            breaker_pages[row["key"]] = breaker_pages.get(row["key"], 0) + (
+                row["action"] == "trigger")
+    assert breaker_pages and set(breaker_pages.values()) == {1}, breaker_pages
     assert result.report_html is not None
     html = result.report_html.read_text()
     assert "fabricwatch report" in html and "breaker_open" in html and "<svg" in html
@@ -82,3 +95,4 @@ def test_shortened_demo_detects_every_fault_and_decides_every_runbook(tmp_path: 
         (r.cable, r.latency_s) for r in report.latencies]
     # binned to the run: a few minutes get tens of round bins, not three
     assert report.bucket_s <= 15 and len(report.downs_over_time) >= 20
+    assert "<h2>Alerts</h2>" in html and "breaker/" in html

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from ledger.baselines import PinnedBaseline
-from schemas.events import ActionRecord, Detection, EvidenceRecord
+from schemas.events import ActionRecord, Detection, EvidenceRecord, Incident
 from workflows.remediation.models import PortRef
 
 
@@ -106,7 +106,8 @@ class Ticketing(Protocol):
 class RecordSink(Protocol):
     """Where runbook records go: the ledger (directly, or through ``fabric.actions``)."""
 
-    async def write(self, events: Sequence[ActionRecord | EvidenceRecord | Detection]) -> int: ...
+    async def write(self, events: Sequence[ActionRecord | EvidenceRecord | Detection | Incident]
+                    ) -> int: ...
 
 
 class JobLookup(Protocol):

@@ -1,4 +1,5 @@
-"""Record sinks: where ActionRecords, EvidenceRecords and breaker detections go.
+"""Record sinks: where ActionRecords, EvidenceRecords, breaker detections and the runbooks'
+breaker incidents go.
 
 ``LedgerSink`` writes through the ledger API (``Ledger.write``, idempotent on replay by event
 id, so an activity retried after a crash adds no duplicate row). ``KafkaSink`` publishes to
@@ -12,9 +13,9 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from schemas.events import ActionRecord, Detection, Event, EvidenceRecord
+from schemas.events import ActionRecord, Detection, Event, EvidenceRecord, Incident
 
-Record = ActionRecord | EvidenceRecord | Detection
+Record = ActionRecord | EvidenceRecord | Detection | Incident
 
 
 class LedgerLike(Protocol):

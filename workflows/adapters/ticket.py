@@ -1,4 +1,5 @@
-"""Ticketing through a webhook: one JSON POST per ticket operation.
+"""Ticketing through a webhook (one JSON POST per ticket operation); pages through the
+notifier (``NotifierTicketing``, below).
 
 Body: ``{"op": "open"|"update"|"close"|"page", "key": <workflow id>, "summary": str,
 "details": {...}}``; the answer may carry ``{"ticket_id": "..."}``. Each request carries an
@@ -11,13 +12,15 @@ token, if configured, is sent but never logged.
 from __future__ import annotations
 
 import hashlib
+import time
 from typing import Any
 
 import orjson
 from pydantic import SecretStr
 
-from workflows.adapters.base import AdapterError
+from workflows.adapters.base import AdapterError, Ticketing
 from workflows.adapters.http import RestClient
+from workflows.adapters.notify import Alert, AlertAction, Notifier, dedup_key
 
 
 class WebhookTicketing:
@@ -60,24 +63,59 @@ class WebhookTicketing:
         return await self._post("page", key, summary, details)
 
 
-class LogTicketing:
-    """No ticket system configured: tickets are the runbook's own records (id = workflow id)."""
+class NotifierTicketing:
+    """Tickets and pages: a page is an alert through the notifier (Alertmanager, PagerDuty,
+    Slack or the alerts file), keyed by the runbook's workflow id, so a reminder updates the
+    one alert; a ticket goes to the ticket webhook when one is configured, else the ticket
+    is the runbook's own records in the ledger (id = workflow id).
 
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, str, str]] = []
+    ``resolve`` (a runbook that paged has ended) resolves the alert. A notifier that cannot
+    deliver raises: the activity retries, the page is never taken as sent.
+    """
 
-    async def _op(self, op: str, key: str, summary: str) -> str:
-        self.calls.append((op, key, summary))
-        return key
+    def __init__(self, notifier: Notifier, tickets: Ticketing | None = None) -> None:
+        self.notifier = notifier
+        self.tickets = tickets
+
+    async def aclose(self) -> None:
+        for part in (self.notifier, self.tickets):
+            close = getattr(part, "aclose", None)
+            if close is not None:
+                await close()
 
     async def open(self, key: str, summary: str, details: dict[str, Any]) -> str:
-        return await self._op("open", key, summary)
+        return await self.tickets.open(key, summary, details) if self.tickets else key
 
     async def update(self, key: str, summary: str, details: dict[str, Any]) -> str:
-        return await self._op("update", key, summary)
+        return await self.tickets.update(key, summary, details) if self.tickets else key
 
     async def close(self, key: str, summary: str, details: dict[str, Any]) -> str:
-        return await self._op("close", key, summary)
+        return await self.tickets.close(key, summary, details) if self.tickets else key
+
+    async def resolve(self, key: str, summary: str, details: dict[str, Any]) -> str:
+        """The runbook that paged has ended: its alert is resolved."""
+        await self.notifier.send(runbook_alert(key, summary, details, "resolve"))
+        return key
 
     async def page(self, key: str, summary: str, details: dict[str, Any]) -> str:
-        return await self._op("page", key, summary)
+        await self.notifier.send(runbook_alert(key, summary, details, "trigger"))
+        return key
+
+
+def runbook_alert(key: str, summary: str, details: dict[str, Any],
+                  action: AlertAction) -> Alert:
+    """The alert of a runbook that needs a human (labels: the workflow id and the port)."""
+    given = details.get("port")
+    port: dict[str, Any] = given if isinstance(given, dict) else {}
+    now = int(time.time() * 1000)
+    parts = key.split("/")
+    fabric = str(port.get("fabric") or (parts[1] if len(parts) > 2 else "unknown"))
+    labels = {"workflow_id": key}
+    if port.get("device") is not None:
+        labels["port"] = f"{port['device']}:{port.get('port')}"
+    if port.get("su"):
+        labels["su"] = str(port["su"])
+    shown = {k: v for k, v in details.items() if k != "port"}
+    return Alert(key=dedup_key(key), kind="runbook", action=action, fabric=fabric, summary=summary,
+                 labels=labels, details=shown, started_ms=now, ts_ms=now,
+                 ended_ms=now if action == "resolve" else None)

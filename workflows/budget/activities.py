@@ -67,6 +67,14 @@ class BudgetActivities:
         self._client = client
         self._task_queue = task_queue
 
+    @property
+    def client(self) -> Client:
+        return self._client
+
+    @property
+    def task_queue(self) -> str | None:
+        return self._task_queue
+
     def _queue(self) -> str:
         return self._task_queue or activity.info().task_queue
 

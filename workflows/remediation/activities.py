@@ -335,6 +335,16 @@ class FabricActivities:
                                          int(time.time() * 1000))
                 if self.jobs is not None
                 else {"not_looked_up": "no job lookup is configured for this worker"})
+        if inp.op == "resolve":
+            # only a ticketing that pages through a notifier has an alert to resolve
+            resolve = getattr(self.ticketing, "resolve", None)
+            if resolve is None:
+                return TicketResult(ticket_id=None, detail="no alert to resolve")
+            try:
+                await resolve(inp.workflow_id, inp.summary, details)
+            except AdapterRejected as exc:
+                raise _rejected(exc) from None
+            return TicketResult(ticket_id=inp.workflow_id, detail="resolve")
         try:
             fn = {"open": self.ticketing.open, "update": self.ticketing.update,
                   "close": self.ticketing.close, "page": self.ticketing.page}[inp.op]
@@ -345,7 +355,8 @@ class FabricActivities:
 
     @activity.defn(name="open_breaker")
     async def open_breaker(self, inp: BreakerInput) -> BreakerResult:
-        """Publish/record a ``breaker_open`` detection and page a human."""
+        """Publish/record a ``breaker_open`` detection; page a human unless the SU's breaker
+        incident does (``inp.page`` False)."""
         det_id = f"{inp.workflow_id}/breaker/{inp.detection.id}"
         det = Detection(
             id=det_id, ts=event_ts(inp.ts), fabric=inp.port.fabric, source=SOURCE,
@@ -354,7 +365,7 @@ class FabricActivities:
             evidence={"reason": inp.reason, "su": inp.port.su, "workflow_id": inp.workflow_id,
                       "original": inp.detection.detection, "dry_run": inp.dry_run})
         await self.records.write([det])
-        if inp.dry_run:
+        if inp.dry_run or not inp.page:  # not paged here: the SU's breaker incident pages
             return BreakerResult(detection_id=det_id, paged=False)
         await self.ticketing.page(inp.workflow_id, f"breaker open: {inp.reason}", {
             "port": inp.port.model_dump(mode="json"), "detection": inp.detection.detection,

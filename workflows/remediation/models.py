@@ -278,6 +278,7 @@ class RemediationStatus(_Model):
     port_state: dict[str, Any] | None = None  # the port's state as last read back
     waived: dict[str, str] = Field(default_factory=dict)  # checks not run, and who waived them
     measurements: list[dict[str, Any]] = Field(default_factory=list)  # probation's probes
+    incident: str | None = None  # the breaker incident it joined (its approve reaches here)
 
 
 class RemediationResult(_Model):
@@ -401,7 +402,7 @@ class TicketInput(_Model):
 
     workflow_id: str
     port: PortRef
-    op: Literal["open", "update", "close", "page"]
+    op: Literal["open", "update", "close", "page", "resolve"]  # resolve: the page's alert
     summary: str
     details: dict[str, Any] = Field(default_factory=dict)
     dry_run: bool = False
@@ -413,7 +414,8 @@ class TicketResult(_Model):
 
 
 class BreakerInput(_Model):
-    """The budget refused: publish a ``breaker_open`` detection and page a human."""
+    """The budget refused: publish a ``breaker_open`` detection (and page, unless ``page`` is
+    False: since the ``incident-alerts`` patch the SU's breaker incident pages)."""
 
     workflow_id: str
     port: PortRef
@@ -421,6 +423,7 @@ class BreakerInput(_Model):
     reason: str
     ts: int
     dry_run: bool = False
+    page: bool = True  # False: the SU's breaker incident pages (INCIDENT_PATCH)
 
 
 class BreakerResult(_Model):

@@ -8,7 +8,9 @@ leaf-spine link: ``isolateEnd`` in the policy), ``peer`` the other end.
 
 1. evidence: perfquery / mlxlink / cable info into the ledger before anything changes;
 2. budget: the SU's and the fabric's ``IsolationBudget`` grant, or the breaker opens: a
-   ``breaker_open`` detection, a page, and a wait for a human's approve or abort;
+   ``breaker_open`` detection, the SU's breaker incident joined (it pages once for the SU;
+   patch ``incident-alerts``, before it a page per runbook), and a wait for a human's
+   approve or abort (the incident's reaches every member);
 3. isolate the port, label and taint the node's rail;
 4. open a ticket with both cable ends, the evidence and the detection;
 5. the repair ladder: each rung waits for a technician's ``step_done`` (reminders, then an
@@ -54,6 +56,8 @@ from temporalio.exceptions import ActivityError, ApplicationError
 with workflow.unsafe.imports_passed_through():
     from workflows.budget.activities import BudgetActivities
     from workflows.budget.models import AcquireInput, GrantResult, ReleaseInput
+    from workflows.incident.activities import IncidentActivities
+    from workflows.incident.models import JoinInput
     from workflows.remediation.activities import FabricActivities
     from workflows.remediation.models import (
         AbortRequest,
@@ -90,6 +94,9 @@ CABLE_PATCH = "cable-runbook"
 # Return to service under traffic (probation); taken once at the start, after CABLE_PATCH,
 # and only by a run whose input carries a probation config.
 PROBATION_PATCH = "probation"
+# Since this patch a budget refusal joins the SU's breaker incident (one page per SU, not
+# one per refused port), and a runbook that paged resolves its alert when it ends.
+INCIDENT_PATCH = "incident-alerts"
 
 # Retry policies, by what a failure means:
 # - ledger writes and budget calls: transient (ledger busy, server restarting); retry for
@@ -130,6 +137,8 @@ class PortRemediation:
         self._cfg = inp.config
         self._port = inp.port
         self._dry = inp.config.shadow
+        self._paged = False  # a page went out: its alert is resolved when the runbook ends
+        self._incident: str | None = None  # the breaker incident it joined
         self._step = "start"
         self._state = "running"
         self._rung: str | None = None
@@ -215,7 +224,7 @@ class PortRemediation:
             cable=self._cable(), isolated_end=self._port.key, owned=self._owned,
             found_isolated=self._found, needs_human=self._needs, port_state=self._port_state,
             waived=dict(self._cfg.probation.waived) if self._v3 and self._cfg.probation else {},
-            measurements=list(self._measurements))
+            measurements=list(self._measurements), incident=self._incident)
 
     def _cable(self) -> list[str]:
         ends = [self._port.key] + ([self._peer.key] if self._peer is not None else [])
@@ -382,8 +391,10 @@ class PortRemediation:
     def _cable_name(self) -> str:
         return " ~ ".join(self._cable())
 
-    async def _ticket_op(self, op: Literal["open", "update", "close", "page"], summary: str,
-                         details: dict[str, Any] | None = None) -> str | None:
+    async def _ticket_op(self, op: Literal["open", "update", "close", "page", "resolve"],
+                         summary: str, details: dict[str, Any] | None = None) -> str | None:
+        if op == "page":
+            self._paged = True
         try:
             res = await workflow.execute_activity_method(
                 FabricActivities.ticket,
@@ -441,6 +452,9 @@ class PortRemediation:
         self._state = outcome
         self._waiting_for = None
         await self._flush_joined()
+        if self._paged and workflow.patched(INCIDENT_PATCH):
+            await self._ticket_op("resolve", f"{self._cable_name()}: {outcome}",
+                                  {"outcome": outcome})
         await self._record("outcome", "done", note=outcome + (f" after {fixed_by}"
                                                               if fixed_by else ""))
         episodes = list(dict.fromkeys(d.episode for d in self._detections))
@@ -531,14 +545,28 @@ class PortRemediation:
         await self._record("budget", "refused", note=grant.reason,
                            after={"in_use": grant.in_use, "limit": grant.limit})
         self._step = "breaker"
+        join = not self._dry and workflow.patched(INCIDENT_PATCH)
         await workflow.execute_activity_method(
             FabricActivities.open_breaker,
             BreakerInput(workflow_id=workflow.info().workflow_id, port=self._port,
                          detection=self._inp.detection, reason=grant.reason, ts=self._now_ms(),
-                         dry_run=self._dry),
+                         dry_run=self._dry, page=not join),
             start_to_close_timeout=_s(self._cfg.timeouts.ticket), retry_policy=TICKET)
-        await self._record("breaker", "done", note=f"breaker_open published, paged: "
-                                                   f"{grant.reason}")
+        if join:
+            # the SU's breaker incident pages once for all its refused ports; its approve /
+            # abort reaches this runbook as the signals below wait for
+            joined = await workflow.execute_activity_method(
+                IncidentActivities.join,
+                JoinInput(fabric=self._port.fabric, su=self._port.su, member=self._port.key,
+                          runbook=workflow.info().workflow_id, reason=grant.reason,
+                          ts=self._now_ms()),
+                start_to_close_timeout=_s(self._cfg.timeouts.budget), retry_policy=FOREVER)
+            self._incident = joined.workflow_id
+            await self._record("breaker", "done", note=f"breaker_open published, joined "
+                                                       f"{joined.workflow_id}: {grant.reason}")
+        else:
+            await self._record("breaker", "done", note=f"breaker_open published, paged: "
+                                                       f"{grant.reason}")
         if self._dry:
             # Shadow mode records that a human would have been asked, and stops there.
             return False

@@ -50,9 +50,10 @@ from streams.engine import Engine
 from streams.topology.logic import diff
 from streams.topology.plan import load_plan
 from workflows.adapters.k8s import NoFencer
+from workflows.adapters.notify import FileNotifier
 from workflows.adapters.opensm import OpensmChecker, OpensmController, OpensmEvidence
 from workflows.adapters.records import MemorySink
-from workflows.adapters.ticket import LogTicketing
+from workflows.adapters.ticket import NotifierTicketing
 from workflows.adapters.tools import CommandChecker
 from workflows.budget.activities import BudgetActivities
 from workflows.dispatch import Dispatcher, runbook_id
@@ -166,7 +167,8 @@ async def test_flap_in_ibsim_is_isolated_by_the_runbook_and_returned(
     acts = FabricActivities(records=records, controller=controller,
                             evidence=OpensmEvidence(runner),
                             checker=OpensmChecker(controller, CommandChecker({})),
-                            fencer=NoFencer(), ticketing=LogTicketing())
+                            fencer=NoFencer(),
+                            ticketing=NotifierTicketing(FileNotifier(tmp_path / "alerts.jsonl")))
     inventory = Inventory()
     inventory.load(topo)
     dispatcher = Dispatcher(client, policy, inventory, task_queue=task_queue, timeouts=FAST)

@@ -1,5 +1,6 @@
 """The isolation budget on the real Temporal dev server: the per-SU limit, the fabric-wide cap,
-the breaker path through the runbook (breaker_open, page, approve / abort), continue-as-new."""
+the breaker path through the runbook (breaker_open, the SU's breaker incident pages, approve /
+abort), continue-as-new."""
 
 from __future__ import annotations
 
@@ -25,10 +26,19 @@ from workflows.budget.models import (
     su_limit,
 )
 from workflows.budget.workflows import IsolationBudget
+from workflows.incident.models import alert_key, breaker_incident, incident_workflow_id
 from workflows.remediation.models import AbortRequest, Approval
 from workflows.remediation.workflows import PortRemediation
 
 pytestmark = pytest.mark.integration
+
+
+async def until_paged(tickets: TicketServer, key: str, within: float = 30.0) -> None:
+    """The breaker incident's one page (the worker's notifier is the ticket webhook here)."""
+    deadline = asyncio.get_running_loop().time() + within
+    while [r["op"] for r in tickets.ops(key)][:1] != ["page"]:  # noqa: ASYNC110
+        assert asyncio.get_running_loop().time() < deadline, tickets.ops(key)
+        await asyncio.sleep(0.1)
 
 
 async def grant(client: Client, wf_id: str, start: BudgetInput, req: GrantRequest,
@@ -105,8 +115,9 @@ async def test_budget_continues_as_new_and_keeps_its_holders(
 async def test_breaker_path_budget_exhausted(wf_env: WorkflowEnvironment, tmp_path: Path,
                                              ticket_server: TicketServer,
                                              task_queue: str) -> None:
-    """SU limit 1: the second port's runbook is refused, publishes breaker_open, pages, and
-    waits; approve lets it isolate past the limit (recorded), abort leaves it in service."""
+    """SU limit 1: the second port's runbook is refused, publishes breaker_open, joins the
+    SU's breaker incident (which pages) and waits; approve lets it isolate past the limit
+    (recorded), abort leaves it in service."""
     client = wf_env.client
     fabric = FileFabric(tmp_path)
     fab = f"f{uuid.uuid4().hex[:8]}"
@@ -124,7 +135,10 @@ async def test_breaker_path_budget_exhausted(wf_env: WorkflowEnvironment, tmp_pa
         assert len(breakers) == 1 and breakers[0].device == "leaf-su02-r2"
         assert "exhausted: 1 of 1" in breakers[0].evidence["reason"]
         assert breakers[0].episode == b.detection.episode
-        assert [r["op"] for r in ticket_server.ops(wid(b))] == ["page"]
+        # no page of its own: it joined the SU's breaker incident, which pages once
+        assert ticket_server.ops(wid(b), "page") == []
+        assert st.incident == incident_workflow_id(fab, breaker_incident("su02"))
+        await until_paged(ticket_server, alert_key(fab, breaker_incident("su02")))
         refused = [x for x in sink.actions() if x.workflow_id == wid(b) and x.step == "budget"]
         assert refused[0].outcome == "refused"
 
@@ -202,4 +216,5 @@ async def test_breaker_unanswered_expires_and_shadow_only_records(
                 if isinstance(r, Detection) and r.detection == "breaker_open"}
     assert breakers["leaf-su04-r3"].evidence["dry_run"] is True
     assert [r["op"] for r in ticket_server.ops(wid(shadow))] == []  # no page in shadow mode
-    assert [r["op"] for r in ticket_server.ops(wid(late))] == ["page"]
+    assert ticket_server.ops(wid(late), "page") == []
+    await until_paged(ticket_server, alert_key(fab, breaker_incident("su04")))

@@ -4,6 +4,7 @@ unique by key and effect (422), 409 on a stale resourceVersion, 404 for a missin
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from fakes.kube_api import KubeApi, core_api, node
@@ -137,13 +138,15 @@ async def test_the_first_fencers_shared_taint_is_cleaned_up_on_unfence(kube: Kub
     assert n["spec"]["taints"] == [OTHER] and n["metadata"]["labels"] == {}
 
 
-async def test_the_runbook_activities_fence_two_rails_of_one_node(kube: KubeApi) -> None:
+async def test_the_runbook_activities_fence_two_rails_of_one_node(kube: KubeApi,
+                                                                  tmp_path: Path) -> None:
     """Two isolated ports behind one node (rails 1 and 2), through the runbook's activities:
     both fenced, one unfenced keeps the other; a missing node is a non-retryable failure."""
     from temporalio.exceptions import ApplicationError
 
+    from workflows.adapters.notify import FileNotifier
     from workflows.adapters.records import MemorySink
-    from workflows.adapters.ticket import LogTicketing
+    from workflows.adapters.ticket import NotifierTicketing
     from workflows.adapters.tools import CommandChecker, FabricToolsEvidence
     from workflows.remediation.activities import FabricActivities
     from workflows.remediation.models import ControlInput, PortRef
@@ -153,7 +156,8 @@ async def test_the_runbook_activities_fence_two_rails_of_one_node(kube: KubeApi)
 
     acts = FabricActivities(records=MemorySink(), controller=NoController(),  # type: ignore[arg-type]
                             evidence=FabricToolsEvidence(), checker=CommandChecker({}),
-                            fencer=fencer(kube), ticketing=LogTicketing())
+                            fencer=fencer(kube),
+                            ticketing=NotifierTicketing(FileNotifier(tmp_path / "alerts.jsonl")))
 
     def inp(rail: int, node_name: str = "node0001") -> ControlInput:
         port = PortRef(fabric="lab", device=f"leaf-su01-r{rail}", port=7, rail=rail,

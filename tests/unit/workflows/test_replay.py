@@ -4,8 +4,11 @@ The ``remediation_*`` histories predate the ``cable-runbook`` patch (``workflow.
 they replay down the old branch; the ``cable_*`` ones take the new, without probation (their
 checks run with the port isolated); the ``probation_*`` ones take the ``probation`` patch.
 
-A change to ``PortRemediation`` or ``IsolationBudget`` that would break a running workflow
-(a different sequence of commands for the same history) fails here. The Replayer needs no
+The ``incident_*`` and ``cable_breaker_joins_incident`` histories were recorded with the
+``incident-alerts`` patch (a budget refusal joins the SU's breaker incident).
+
+A change to ``PortRemediation``, ``IsolationBudget`` or ``IncidentRunbook`` that would break
+a running workflow (a different sequence of commands for the same history) fails here. The Replayer needs no
 server: this is a unit test. A second test proves the check bites: a workflow that skips
 the evidence step replays as a nondeterminism error.
 """
@@ -25,6 +28,7 @@ from temporalio.workflow import NondeterminismError
 
 from workflows.audit import TopologyAudit
 from workflows.budget.workflows import IsolationBudget
+from workflows.incident.workflows import IncidentRunbook
 from workflows.remediation.models import RemediationInput, RemediationResult
 from workflows.remediation.workflows import PortRemediation
 
@@ -45,6 +49,8 @@ def test_histories_exist() -> None:
     assert {"cable_ladder_reflap", "cable_needs_human", "cable_found_isolated"} <= names
     # recorded with probation
     assert {"probation_slow_then_pass", "probation_soak_reflap_abort"} <= names
+    # recorded with the incident-alerts patch (tests/histories/record_incidents.py)
+    assert {"cable_breaker_joins_incident", "incident_stream", "incident_breaker"} <= names
 
 
 def _patches(path: Path) -> set[str]:
@@ -73,9 +79,19 @@ def test_the_probation_histories_took_both_patches() -> None:
         assert _patches(HISTORIES / f"{name}.json") == {CABLE_PATCH, PROBATION_PATCH}
 
 
+def test_the_breaker_history_took_the_incident_patch() -> None:
+    from workflows.remediation.workflows import CABLE_PATCH, INCIDENT_PATCH
+
+    assert _patches(HISTORIES / "cable_breaker_joins_incident.json") == {CABLE_PATCH,
+                                                                        INCIDENT_PATCH}
+    # the earlier cable histories replay without it (runbooks running at the upgrade)
+    assert INCIDENT_PATCH not in _patches(HISTORIES / "cable_needs_human.json")
+
+
 @pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
 async def test_history_replays(path: Path) -> None:
-    replayer = Replayer(workflows=[PortRemediation, IsolationBudget, TopologyAudit],
+    replayer = Replayer(workflows=[PortRemediation, IsolationBudget, TopologyAudit,
+                                   IncidentRunbook],
                         data_converter=pydantic_data_converter)
     result = await replayer.replay_workflow(load(path), raise_on_replay_failure=True)
     assert result.replay_failure is None

@@ -1,0 +1,1 @@
+"""The incident runbook: one per incident, not per port."""
