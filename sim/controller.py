@@ -7,6 +7,11 @@ changes what it emits (an isolated port goes down and stays down, carries no tra
 stops flapping; a reset zeroes the port's counters; a successful repair clears the faults
 on that cable).
 
+A command that changes a port (isolate, un-isolate, reset, repair) is refused with
+``ControllerError`` when a simulator has recorded its fabric (``record_fabric``) and the port
+is not in it: nothing changes, and the command log has a ``refused`` line. With no fabric
+recorded (a controller used without a running simulator) every well-formed port is taken.
+
 Every command is idempotent, because Temporal retries activities: isolating an isolated
 port changes nothing, and a repair step asked twice for the same rung in the same
 isolation episode returns the answer it gave the first time. Whether a rung fixes the
@@ -111,7 +116,7 @@ class SimController:
 
         ``by`` names who isolated it (another tool, a human); ``isolated_by`` tells it back.
         """
-        key = _key(device, port)
+        key = self._cabled(device, port)
         with self._update() as state:
             if key in state["isolated"]:
                 self._log("isolate", key, changed=False)
@@ -125,7 +130,7 @@ class SimController:
 
     def unisolate(self, device: str, port: int) -> bool:
         """Return the port to service. Returns True if it was isolated."""
-        key = _key(device, port)
+        key = self._cabled(device, port)
         with self._update() as state:
             changed = state["isolated"].pop(key, None) is not None
             self._log("unisolate", key, changed=changed)
@@ -156,7 +161,7 @@ class SimController:
 
     def reset_counters(self, device: str, port: int) -> int:
         """Ask for the port's counters to be zeroed; returns the reset sequence number."""
-        key = _key(device, port)
+        key = self._cabled(device, port)
         with self._update() as state:
             seq = int(state["resets"].get(key, 0)) + 1
             state["resets"][key] = seq
@@ -169,7 +174,7 @@ class SimController:
         The same rung asked again in the same isolation episode returns the recorded
         answer (an activity retry must not roll the dice twice).
         """
-        key = _key(device, port)
+        key = self._cabled(device, port)
         rung_name = str(rung)
         if not rung_name or len(rung_name) > 128:
             raise ControllerError(f"bad rung {rung!r}")
@@ -256,6 +261,22 @@ class SimController:
                 raise ControllerError(f"{key} is not a cabled port of the simulated fabric")
         elif not any(k.startswith(f"{device}:") for k in known):
             raise ControllerError(f"{device} is not a device of the simulated fabric")
+
+    def _cabled(self, device: str, port: int) -> str:
+        """The port's key, for a command that changes it: a port that a running simulator's
+        fabric does not have is refused before anything changes (logged as refused)."""
+        key = _key(device, port)
+        try:
+            self.check_port(device, port)
+        except ControllerError:
+            with open(self._lock_path, "a+b") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                try:
+                    self._log("refused", key)
+                finally:
+                    fcntl.flock(lock, fcntl.LOCK_UN)
+            raise
+        return key
 
     def view(self) -> ControllerView:
         """The current state; re-reads the file only when it changed on disk."""

@@ -526,7 +526,8 @@ async def _serve(settings: Settings, policy: Policy, inventory: Any, opts: Any, 
                                                 BudgetActivities(client, queue), audit,
                                                 stop=stop))]
         if dispatch:
-            dispatcher = Dispatcher(client, policy, inventory, task_queue=queue)
+            dispatcher = Dispatcher(client, policy, inventory, task_queue=queue,
+                                    ticketing=fabric.ticketing, records=fabric.records)
             tasks.append(asyncio.create_task(run_dispatcher(
                 dispatcher, settings.kafka.bootstrap_servers, stop=stop)))
         if settings.metrics_port is not None:  # Prometheus: runbooks by status, breaker per SU

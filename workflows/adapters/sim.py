@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from workflows.adapters.base import CheckOutcome, ToolOutput
+from workflows.adapters.base import AdapterRejected, CheckOutcome, ToolOutput
 from workflows.remediation.models import PortRef
 
 T = TypeVar("T")
@@ -59,10 +59,25 @@ class SimControllerAdapter:
 
     async def _call(self, fn: Callable[[], T]) -> T:
         async with self._lock:
-            return await asyncio.to_thread(fn)
+            try:
+                return await asyncio.to_thread(fn)
+            except json.JSONDecodeError:
+                raise  # this adapter's own file: not a refusal
+            except ValueError as exc:
+                # sim.controller.ControllerError: a port the simulated fabric does not have
+                # (or a name that cannot be one); for good, and nothing was changed
+                raise AdapterRejected(str(exc)) from None
+
+    def _check(self, port: PortRef) -> None:
+        """Refuse a port the simulated fabric does not have, before reading or changing it
+        (``check_port`` where the simulator has one; the drill's stand-ins do not)."""
+        check = getattr(self._sim, "check_port", None)
+        if check is not None:
+            check(port.device, port.port)
 
     async def isolate(self, port: PortRef) -> bool:
         def op() -> bool:
+            self._check(port)
             if self._sim.is_isolated(port.device, port.port):
                 return False
             self._sim.isolate(port.device, port.port)
@@ -71,6 +86,7 @@ class SimControllerAdapter:
 
     async def unisolate(self, port: PortRef) -> bool:
         def op() -> bool:
+            self._check(port)
             if not self._sim.is_isolated(port.device, port.port):
                 return False
             self._sim.unisolate(port.device, port.port)
@@ -78,7 +94,10 @@ class SimControllerAdapter:
         return await self._call(op)
 
     async def is_isolated(self, port: PortRef) -> bool:
-        return await self._call(lambda: bool(self._sim.is_isolated(port.device, port.port)))
+        def op() -> bool:
+            self._check(port)
+            return bool(self._sim.is_isolated(port.device, port.port))
+        return await self._call(op)
 
     async def reset_counters(self, port: PortRef) -> None:
         await self._call(lambda: self._sim.reset_counters(port.device, port.port))
@@ -99,6 +118,7 @@ class SimControllerAdapter:
 
     async def repair_step(self, port: PortRef, rung: str) -> bool | None:
         def op() -> bool:
+            self._check(port)
             fixed = bool(self._sim.repair_step(port.device, port.port, rung))
             repairs = self._load_repairs()
             repairs[port.key] = {"rung": rung, "fixed": fixed}
