@@ -59,10 +59,14 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-# The contract refuses an event more than a day in the future. Workflow time is the
-# server's, so in production it trails the wall clock; only a time-skipped workflow (tests,
-# a fast-forwarded demo) runs ahead. Its records are stamped no later than 23 h ahead, so
-# they stay valid; the workflow's own time is still in the history and the query.
+# A record's ts is the workflow's time when it decided (``workflow.now()``, in the input),
+# never this activity's clock: a retry stamps what the first attempt stamped. The one
+# exception: the contract refuses an event more than a day ahead of the wall clock, which
+# only a time-skipped workflow (tests, a fast-forwarded demo) reaches, as workflow time is
+# the server's and trails the wall clock in production; such a record is stamped 23 h ahead
+# so it stays valid (its own time is still in the history and the query). A re-run with
+# another ts (the record is a local activity, re-run with a later ``workflow.now()`` when
+# its workflow task is lost) is the same row: the ledger keeps one row per record id.
 _MAX_AHEAD_MS = 23 * 3600 * 1000
 
 
