@@ -290,8 +290,11 @@ class SimController:
         )
 
     def is_healthy(self, device: str, port: int) -> bool | None:
-        """Whether the running simulator finds no fault on the port (None: no simulator has
-        reported yet). This is what a return-to-service check measures on the sim."""
+        """Whether the running simulator finds no fault on the port. None: no simulator has
+        reported yet, or its report is from before the port's last successful repair (the
+        simulator applies a repair at its next step: until then its report says nothing
+        about the repaired cable, and the repair's own result is the answer).
+        This is what a return-to-service check measures on the sim."""
         key = _key(device, port)
         try:
             raw = (self.state_dir / HEALTH_FILE).read_bytes()
@@ -301,15 +304,23 @@ class SimController:
         faulty = health.get("faulty") if isinstance(health, dict) else None
         if not isinstance(faulty, list):
             return None
+        repaired = self._read()["repaired"].get(key)
+        applied = health.get("repaired")
+        if repaired is not None and (not isinstance(applied, dict)
+                                     or applied.get(key) != repaired):
+            return None
         return key not in faulty
 
-    def write_health(self, fabric: str, ts: int, faulty: list[str]) -> None:
-        """The simulator's report of the ports that have a fault now (atomic, only on change)."""
-        data = orjson.dumps({"fabric": fabric, "faulty": faulty})
+    def write_health(self, fabric: str, ts: int, faulty: list[str],
+                     repaired: Mapping[str, int] | None = None) -> None:
+        """The simulator's report of the ports that have a fault now, and the repairs it
+        has applied (port key -> the repair's time, as ``view().repaired`` gave it); atomic,
+        written only on change."""
+        body = {"fabric": fabric, "faulty": faulty, "repaired": dict(repaired or {})}
+        data = orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
         if data == self._health_written:
             return
-        self._atomic_write(self.state_dir / HEALTH_FILE,
-                           orjson.dumps({"fabric": fabric, "ts": ts, "faulty": faulty}))
+        self._atomic_write(self.state_dir / HEALTH_FILE, orjson.dumps({**body, "ts": ts}))
         self._health_written = data
 
     def isolated_ports(self) -> list[str]:

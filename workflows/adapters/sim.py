@@ -154,8 +154,10 @@ class SimControllerAdapter:
 class SimChecker:
     """Return-to-service checks against the simulator.
 
-    A check passes when the simulator says the port is healthy, or (where it has no health
-    view) when the last repair rung on it reported the fault fixed.
+    A check passes when the simulator's health report, made after it applied the port's
+    last repair, says the port is healthy; until the simulator has applied that repair (it
+    does at its next step, and rewrites its report then) the controller's repair result
+    decides: a rung that fixed the cable is judged fixed, not by the report from before it.
     """
 
     def __init__(self, adapter: SimControllerAdapter) -> None:
