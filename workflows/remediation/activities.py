@@ -8,9 +8,12 @@ mode the changing activities touch nothing and return what they would have done.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import hashlib
 import time
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -48,6 +51,36 @@ from workflows.remediation.models import (
 
 SOURCE = "fabricwatch"
 EXCERPT_LINES = 12
+
+F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
+
+
+def heartbeating(fn: F) -> F:
+    """Heartbeat every third of the activity's heartbeat timeout while it runs.
+
+    A worker killed mid-activity stops heartbeating, so the server retries the activity on
+    another worker after the (short) heartbeat timeout instead of its whole start-to-close
+    timeout. A call that hangs in a live worker keeps heartbeating: the start-to-close
+    timeout bounds that one. Without a heartbeat timeout it runs as it is.
+    """
+    @functools.wraps(fn)
+    async def run(*args: Any, **kwargs: Any) -> Any:
+        # called as a plain method (a test, a tool) there is no activity to heartbeat for
+        timeout = activity.info().heartbeat_timeout if activity.in_activity() else None
+        if not timeout:
+            return await fn(*args, **kwargs)
+        every = max(timeout.total_seconds() / 3, 0.1)
+
+        async def tick() -> None:
+            while True:
+                await asyncio.sleep(every)
+                activity.heartbeat()
+        ticker = asyncio.create_task(tick())
+        try:
+            return await fn(*args, **kwargs)
+        finally:
+            ticker.cancel()
+    return run  # type: ignore[return-value]
 
 
 def _rejected(exc: AdapterRejected) -> ApplicationError:
@@ -109,6 +142,7 @@ class FabricActivities:
     # --- evidence ---------------------------------------------------------------------------
 
     @activity.defn(name="capture_evidence")
+    @heartbeating
     async def capture_evidence(self, inp: EvidenceInput) -> EvidenceResult:
         activity.heartbeat("capturing")
         ends = [inp.port] + ([inp.peer] if inp.peer is not None else [])
@@ -148,6 +182,7 @@ class FabricActivities:
                 "controller": self.controller.name}
 
     @activity.defn(name="isolate_port")
+    @heartbeating
     async def isolate_port(self, inp: ControlInput) -> ControlResult:
         try:
             before = await self._state(inp.port)
@@ -163,6 +198,7 @@ class FabricActivities:
                              detail="isolated" if changed else "was already isolated")
 
     @activity.defn(name="port_state")
+    @heartbeating
     async def port_state(self, inp: ControlInput) -> PortState:
         """The port's real state, read back for a human (never raises: unreadable is None)."""
         try:
@@ -177,6 +213,7 @@ class FabricActivities:
                                 f" ({self.controller.name})")
 
     @activity.defn(name="unisolate_port")
+    @heartbeating
     async def unisolate_port(self, inp: ControlInput) -> ControlResult:
         try:
             before = await self._state(inp.port)
@@ -191,6 +228,7 @@ class FabricActivities:
                              detail="returned to service" if changed else "was not isolated")
 
     @activity.defn(name="reset_counters")
+    @heartbeating
     async def reset_counters(self, inp: ControlInput) -> ControlResult:
         if inp.dry_run:
             return ControlResult(changed=False, detail="would reset counters")
@@ -201,6 +239,7 @@ class FabricActivities:
         return ControlResult(changed=True, detail="counters reset")
 
     @activity.defn(name="repair_step")
+    @heartbeating
     async def repair_step(self, inp: RepairInput) -> RepairResult:
         try:
             return RepairResult(fixed=await self.controller.repair_step(inp.port, inp.rung))
@@ -210,6 +249,7 @@ class FabricActivities:
     # --- node fencing -------------------------------------------------------------------
 
     @activity.defn(name="fence_node")
+    @heartbeating
     async def fence_node(self, inp: ControlInput) -> ControlResult:
         if inp.port.node is None:
             return ControlResult(changed=False, skipped=True, detail="no node behind this port")
@@ -227,6 +267,7 @@ class FabricActivities:
                              detail="labelled and tainted" if changed else "already fenced")
 
     @activity.defn(name="unfence_node")
+    @heartbeating
     async def unfence_node(self, inp: ControlInput) -> ControlResult:
         if inp.port.node is None:
             return ControlResult(changed=False, skipped=True, detail="no node behind this port")
@@ -245,6 +286,7 @@ class FabricActivities:
     # --- checks -----------------------------------------------------------------------
 
     @activity.defn(name="run_check")
+    @heartbeating
     async def run_check(self, inp: CheckInput) -> CheckResult:
         if inp.dry_run:
             return CheckResult(check=inp.check, passed=True, detail="would run")
