@@ -227,7 +227,8 @@ class Dispatcher:
         page_key = f"unknown_device/{digest}"
         name = f"{shown(det.device)}:{det.port}"
         unknown = Detection(
-            id=f"unknown_device/{det.fabric}/{det.device}:{det.port}/{digest[:8]}", ts=det.ts,
+            # the device is in its own field: an id of two long names could pass 512 chars
+            id=f"unknown_device/{det.fabric}/{digest}", ts=det.ts,
             fabric=det.fabric, source=SOURCE, device=det.device, port=det.port,
             detection=DetectionKind.UNKNOWN_DEVICE, severity=Severity.WARNING,
             action=Action.PAGE, episode=page_key,

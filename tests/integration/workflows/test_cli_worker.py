@@ -20,7 +20,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from collectors.publish import Publisher
 from ledger.embedded import EmbeddedLedger
-from schemas.events import Action, Detection, DetectionKind, Severity
+from schemas.events import Action, Detection, DetectionKind, Severity, Topology, TopologyLink
 from sim.controller import SimController
 
 pytestmark = pytest.mark.integration
@@ -42,9 +42,15 @@ async def test_runbook_worker_process_end_to_end(wf_env: WorkflowEnvironment,
            "FABRICWATCH_TEMPORAL__TASK_QUEUE": f"q-{fabric}",
            "FABRICWATCH_KAFKA__BOOTSTRAP": kafka_bootstrap}
     cli = [sys.executable, "-c", "from fabricwatch.cli import main; main()"]
+    # the fabric's topology first: the dispatcher acts only on ports it has cabled
+    async with Publisher(kafka_bootstrap) as pub:
+        await pub.send(Topology(id=f"topo-{fabric}", ts=int(time.time() * 1000), fabric=fabric,
+                                source="ibnetdiscover", links=[TopologyLink(
+                                    a_device="leaf-su01-r2", a_port=4,
+                                    b_device="node0004/mlx5_2", b_port=1)]))
     log = (tmp_path / "worker.log").open("wb")
     worker = start_process([*cli, "runbook-worker", "--policy", str(policy)], env, log)
-    wf_id = f"remediate/{fabric}/leaf-su01-r2:4"
+    wf_id = f"remediate/{fabric}/leaf-su01-r2:4~node0004/mlx5_2:1"
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([*cli, *args], cwd=REPO, env=env, capture_output=True, text=True,

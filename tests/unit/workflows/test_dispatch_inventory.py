@@ -121,3 +121,11 @@ def test_shown_leaves_no_invisible_or_control_character(name: str) -> None:
 def test_unknown_device_is_a_contract_kind(device: str) -> None:
     wire = {**detection(device, 1).model_dump(mode="json"), "detection": "unknown_device"}
     assert Detection.model_validate(wire).detection == "unknown_device"
+
+
+async def test_the_longest_names_are_still_recorded() -> None:
+    disp, pages, sink = dispatcher(Inventory())
+    det = detection("d" * 256, 1).model_copy(update={"fabric": "f" * 256})
+    assert not await disp.handle(det)
+    (rec,) = sink.records.values()
+    assert len(pages.calls) == 1 and isinstance(rec, Detection) and rec.device == "d" * 256
