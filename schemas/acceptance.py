@@ -16,12 +16,15 @@ the dead letter the worker writes for it. Two rules on top of the contract's own
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeVar
 
 from schemas.codec import decode, loads
 from schemas.errors import ContractError
-from schemas.events import DeadLetter, Event
+from schemas.events import DeadLetter, Envelope, Event
 from schemas.policy import Policy
 from schemas.topics import DLQ, Topic
+
+E = TypeVar("E", bound=Envelope)
 
 # The topic config that makes a record's timestamp the broker's receive time.
 TIMESTAMP_CONFIG = {"message.timestamp.type": "LogAppendTime"}
@@ -73,3 +76,25 @@ def accept_dead_letter(raw: bytes) -> DeadLetter:
         raise
     except ValueError as exc:
         raise ContractError(f"not a dead-letter record: {str(exc)[:200]}", DLQ.name) from None
+
+
+def at_arrival(event: E, received_ms: int | None) -> E:
+    """The event as its consumers take it: its ``ts`` no later than the broker received it.
+
+    Acceptance lets an event be stamped up to ``maxClockSkew`` (5 min) ahead of its receive
+    time, and each detector's notion of "newest" (the flap watermark, the counters' last
+    sample per port, the stale clock) only moves forward: one message stamped ahead would
+    make every real event after it look late or stale until real time caught up. Capped at
+    its arrival, a message stamped ahead weighs no more than one stamped when it arrived,
+    so it cannot move "newest" past the broker's clock. The stream worker hands detectors,
+    and the ledger's ingest stores, what this returns (the ledger's counter deltas and port
+    state have a "newest" of their own). The broker's time is
+    ``LogAppendTime``, the same on every re-read, so a re-read decides the same.
+    ``fabricwatch replay`` reads JSON lines without a receive time (``received_ms`` None):
+    there the ``ts`` is taken as written, as the worker takes every event stamped at or
+    before its arrival, so a replay of what the worker accepted decides the same unless a
+    line was stamped ahead of its arrival.
+    """
+    if received_ms is None or event.ts <= received_ms:
+        return event
+    return event.model_copy(update={"ts": received_ms})

@@ -48,9 +48,8 @@ from schemas import (
     encode,
 )
 from schemas import topics as registry
-from schemas.acceptance import TimeBounds, accept
+from schemas.acceptance import TimeBounds, accept, at_arrival
 from schemas.policy import Policy
-from streams.common import at_arrival
 from streams.engine import Context, Engine
 from streams.sink import LedgerSink, LedgerWriter
 

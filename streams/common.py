@@ -8,12 +8,9 @@ that consumers drop by id (at-least-once delivery, exactly-once effect).
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Any
 
 from schemas import Action, Detection, DetectionKind, Severity
-from schemas.events import Envelope
-
-E = TypeVar("E", bound=Envelope)
 
 # The ``source`` of every detection fabricwatch produces.
 SOURCE = "fabricwatch"
@@ -31,26 +28,6 @@ _SEVERITY: dict[Action, Severity] = {
     Action.TICKET: Severity.WARNING,
     Action.NONE: Severity.INFO,
 }
-
-
-def at_arrival(event: E, received_ms: int | None) -> E:
-    """The event as the detectors see it: its ``ts`` no later than the broker received it.
-
-    Acceptance lets an event be stamped up to ``maxClockSkew`` (5 min) ahead of its receive
-    time, and each detector's notion of "newest" (the flap watermark, the counters' last
-    sample per port, the stale clock) only moves forward: one message stamped ahead would
-    make every real event after it look late or stale until real time caught up. Capped at
-    its arrival, a message stamped ahead weighs no more than one stamped when it arrived,
-    so it cannot move "newest" past the broker's clock. The broker's time is
-    ``LogAppendTime``, the same on every re-read, so a re-read decides the same.
-    ``fabricwatch replay`` reads JSON lines without a receive time (``received_ms`` None):
-    there the ``ts`` is taken as written, as the worker takes every event stamped at or
-    before its arrival, so a replay of what the worker accepted decides the same unless a
-    line was stamped ahead of its arrival.
-    """
-    if received_ms is None or event.ts <= received_ms:
-        return event
-    return event.model_copy(update={"ts": received_ms})
 
 
 def state_key(fabric: str, key: str) -> str:

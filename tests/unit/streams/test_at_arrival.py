@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from schemas import Counters, PortEvent, PortSample
+from schemas.acceptance import at_arrival
 from schemas.policy import Policy
-from streams.common import at_arrival
 from streams.engine import Engine
 from streams.flap.logic import FlapState
 
@@ -71,3 +71,16 @@ def test_no_event_reaches_a_detector_after_its_arrival(offsets: list[tuple[int, 
         received += gap
         seen = at_arrival(event(received + skew, n), received)
         assert seen.ts == min(received + skew, received)
+
+
+def test_the_ledger_stores_an_event_stamped_ahead_at_its_arrival() -> None:
+    """The ledger's counter deltas and port state have a "newest" too: its ingest takes
+    events as the detectors do."""
+    from ledger.ingest import decode_record
+    from schemas import encode
+
+    raw = encode(event(T0 + AHEAD, 9, "up"))
+    stored = decode_record("fabric.port-events", raw, T0)
+    assert isinstance(stored, PortEvent) and (stored.ts, stored.id) == (T0, "e9")
+    assert decode_record("fabric.port-events", encode(event(T0 - 5, 8)), T0).ts == T0 - 5  # type: ignore[union-attr]
+    assert decode_record("fabric.port-events", raw, None).ts == T0 + AHEAD  # type: ignore[union-attr]
