@@ -59,9 +59,10 @@ def decode_record(topic: str, raw: bytes | None, received_ms: int | None = None,
 
     The same decision as the stream worker's (``schemas.acceptance``): what the worker
     refuses (a kind on the wrong topic, a ``ts`` out of bounds for its arrival) is skipped
-    here and arrives as the worker's dead letter instead. An event stamped ahead of its
-    arrival is stored at its arrival (``at_arrival``), as the detectors took it: the counter
-    deltas and a port's latest state are not held back by one message from the future."""
+    here and arrives as the worker's dead letter instead. An event stamped further ahead of
+    its arrival than the slack is stored at its arrival plus the slack (``at_arrival``), as
+    the detectors took it: the counter deltas and a port's latest state are not held back
+    by one message from the future."""
     if raw is None:
         return None
     try:
@@ -71,7 +72,7 @@ def decode_record(topic: str, raw: bytes | None, received_ms: int | None = None,
         if spec is None:
             return None
         return at_arrival(accept(spec, raw, received_ms=received_ms, bounds=bounds),
-                          received_ms)
+                          received_ms, bounds)
     except ContractError:
         return None
 

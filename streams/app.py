@@ -244,8 +244,8 @@ class StreamsApp:
         except ContractError as exc:
             await self.dead_letter(raw, exc, event.message)
             return None
-        # no later than its arrival: one message stamped ahead cannot move "newest"
-        return at_arrival(obj, received)
+        # no later than its arrival (+ slack): one message stamped ahead cannot move "newest"
+        return at_arrival(obj, received, self.bounds)
 
     async def dead_letter(self, raw: bytes, error: ContractError, message: Any) -> None:
         record = dead_letter(raw, error, source_topic=message.topic,
