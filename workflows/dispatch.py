@@ -127,6 +127,9 @@ class DispatchStats:
 SOURCE = "fabricwatch"
 NO_TOPOLOGY = "no topology of this fabric has been seen yet"
 NOT_CABLED = "no topology snapshot of this fabric has this port cabled"
+# Ports reported one by one before the dispatcher stops paging each (a flood of invented
+# names must not become a flood of pages or an unbounded set); one page says so.
+MAX_REPORTED = 1000
 
 
 def shown(name: str) -> str:
@@ -157,6 +160,7 @@ class Dispatcher:
         self.ticketing = ticketing
         self.records = records
         self._reported: set[tuple[str, str, str, int]] = set()
+        self._flooded = False
 
     def runbook_input(self, det: Detection) -> RemediationInput:
         port, peer = self.inventory.cable(det.fabric, det.device, det.port,
@@ -209,6 +213,18 @@ class Dispatcher:
         log.warning("detection %s for %s:%d of fabric %s starts no runbook: %s", det.id,
                     shown(det.device), det.port, shown(det.fabric), reason)
         if key in self._reported:
+            return False
+        if len(self._reported) >= MAX_REPORTED:
+            if not self._flooded and self.ticketing is not None:
+                self._flooded = True
+                log.error("more than %d unknown ports: no more pages for them", MAX_REPORTED)
+                try:
+                    await self.ticketing.page(
+                        "unknown_device/flood", f"more than {MAX_REPORTED} unknown ports: "
+                        "each starts no runbook; no more pages for them from this dispatcher",
+                        {"detection": "unknown_device", "reason": reason})
+                except Exception:  # noqa: BLE001 - logged above
+                    log.exception("could not page the unknown-port flood")
             return False
         try:
             await self.report_unknown(det, reason)

@@ -129,3 +129,15 @@ async def test_the_longest_names_are_still_recorded() -> None:
     assert not await disp.handle(det)
     (rec,) = sink.records.values()
     assert len(pages.calls) == 1 and isinstance(rec, Detection) and rec.device == "d" * 256
+
+
+async def test_a_flood_of_invented_names_is_one_page_past_the_limit(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import workflows.dispatch as dispatch
+
+    monkeypatch.setattr(dispatch, "MAX_REPORTED", 3)
+    disp, pages, sink = dispatcher(Inventory())
+    for n in range(10):
+        assert not await disp.handle(detection(f"ghost{n}", 1, n))
+    assert [key for _op, key, _s in pages.calls][-1] == "unknown_device/flood"
+    assert len(pages.calls) == 4 and len(sink.records) == 3 and disp.stats.unknown == 10
