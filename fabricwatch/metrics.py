@@ -191,6 +191,8 @@ class _DispatchStats(Protocol):
     def ignored(self) -> int: ...
     @property
     def invalid(self) -> int: ...
+    @property
+    def unknown(self) -> int: ...
 
 
 class _Dispatcher(Protocol):
@@ -213,7 +215,7 @@ class RunbookMetrics:
         self.dispatcher = dispatcher
         self.interval = interval
         self.max_budgets = max_budgets
-        self._dispatch_seen = {"dispatched": 0, "ignored": 0, "invalid": 0}
+        self._dispatch_seen = {"dispatched": 0, "ignored": 0, "invalid": 0, "unknown": 0}
         self._budgets: set[tuple[str, str]] = set()
 
     async def run(self, stop: asyncio.Event) -> None:

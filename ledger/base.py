@@ -22,6 +22,9 @@ from schemas import Counters, DeadLetter
 from schemas.events import Event
 
 # Tables in the order a batch is written.
+# How far back a re-run runbook record is looked for (``_new_records``): two days.
+RECORD_RERUN_WINDOW_S = 2 * 86_400
+
 TABLE_ORDER = ("port_events", "probes", "topology_snapshots", "topology_links",
                "device_location", "detections", "actions", "evidence", "job_placements",
                "incidents", "maintenance_windows", "dead_letters")
@@ -122,13 +125,37 @@ class LedgerBase(ABC):
         return run_migrations(self.execute, applied, record, variables, upto=upto)
 
     # -- writes -------------------------------------------------------------------------
+    def _new_records(self, rows: list[Row]) -> list[Row]:
+        """The runbook records of a batch that are not stored yet, one per id, first kept.
+
+        ``actions`` is a ReplacingMergeTree ordered by (fabric, device, port, ts, id): a
+        record re-run with the same id but another ``ts`` would be a second row under FINAL.
+        A runbook's record is a local activity, re-run when the workflow task that ran it is
+        lost with its worker, and its retried task has a later ``workflow.now()``; so the
+        id alone names the row. Looked up within ``RECORD_RERUN_WINDOW_S`` of the batch's
+        oldest record (a re-run comes seconds to hours after the first; a bounded scan of
+        a small table).
+        """
+        fresh: dict[str, Row] = {}
+        for row in rows:
+            fresh.setdefault(str(row["id"]), row)
+        since = min(float(r["ts"]) for r in fresh.values()) - RECORD_RERUN_WINDOW_S
+        stored = self.query(
+            "SELECT DISTINCT id FROM actions WHERE id IN {ids:Array(String)} "
+            "AND ts >= toDateTime64({since:Float64}, 3, 'UTC')",
+            {"ids": list(fresh), "since": max(since, 0.0)})
+        for row in stored:
+            fresh.pop(str(row["id"]), None)
+        return list(fresh.values())
+
     def write(self, events: Sequence[Event | DeadLetter]) -> int:
         """Map events to rows, add counter deltas, insert one batch per table.
 
         Idempotent on replay: event tables are ReplacingMergeTree keyed on the event id and
-        read with FINAL; the engine drops counter samples at or before a port's last stored
-        sample before they reach the rollups (005_counter_deltas.sql). Returns the number
-        of rows handed to the engine.
+        read with FINAL (a runbook record whose id is stored already is not inserted again,
+        whatever its ``ts``: ``_new_records``); the engine drops counter samples at or
+        before a port's last stored sample before they reach the rollups
+        (005_counter_deltas.sql). Returns the number of rows handed to the engine.
         """
         by_table: dict[str, list[Row]] = defaultdict(list)
         samples: list[tuple[Any, ...]] = []
@@ -142,6 +169,8 @@ class LedgerBase(ABC):
                 by_table[table].append(row)
         with self._write_lock:
             written = 0
+            if by_table.get("actions"):
+                by_table["actions"] = self._new_records(by_table["actions"])
             for table in TABLE_ORDER:
                 rows = by_table.get(table)
                 if rows:

@@ -22,7 +22,13 @@ from aiokafka import AIOKafkaConsumer  # type: ignore[import-untyped]
 
 from schemas import ContractError, DeadLetter, Event
 from schemas import topics as registry
-from schemas.acceptance import DEFAULT_BOUNDS, TimeBounds, accept, accept_dead_letter
+from schemas.acceptance import (
+    DEFAULT_BOUNDS,
+    TimeBounds,
+    accept,
+    accept_dead_letter,
+    at_arrival,
+)
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +60,10 @@ def decode_record(topic: str, raw: bytes | None, received_ms: int | None = None,
 
     The same decision as the stream worker's (``schemas.acceptance``): what the worker
     refuses (a kind on the wrong topic, a ``ts`` out of bounds for its arrival) is skipped
-    here and arrives as the worker's dead letter instead."""
+    here and arrives as the worker's dead letter instead. An event stamped further ahead of
+    its arrival than the slack is stored at its arrival plus the slack (``at_arrival``), as
+    the detectors took it: the counter deltas and a port's latest state are not held back
+    by one message from the future."""
     if raw is None:
         return None
     try:
@@ -63,7 +72,8 @@ def decode_record(topic: str, raw: bytes | None, received_ms: int | None = None,
         spec = registry.BY_NAME.get(topic)
         if spec is None:
             return None
-        return accept(spec, raw, received_ms=received_ms, bounds=bounds)
+        return at_arrival(accept(spec, raw, received_ms=received_ms, bounds=bounds),
+                          received_ms, bounds)
     except ContractError:
         return None
 

@@ -65,6 +65,9 @@ class DetectionKind(StrEnum):
     # of the fabric went on; ``stale_end`` closes that episode when it reports again.
     STALE = "stale"
     STALE_END = "stale_end"
+    # A detection for a device or port the fabric's inventory does not have: the dispatcher
+    # records and pages it once per port and starts no runbook (issue 21).
+    UNKNOWN_DEVICE = "unknown_device"
 
 
 def ts_to_ms(value: Any) -> int:

@@ -199,6 +199,20 @@ class Stream(_Section):
     # and a ``ts`` older than this before its arrival is refused too (beyond the ledger's
     # raw-counter retention it could only be stored to be dropped, and ts=0 is a bug)
     max_event_age: Seconds = 30 * 86400.0
+    # Within the skew, a ``ts`` more than this ahead of its arrival is taken at its arrival
+    # plus this (``schemas.acceptance.at_arrival``): one message stamped ahead cannot move a
+    # detector's "newest" past the broker's clock (by more than this). At most the lateness,
+    # so a real event stamped after the message arrived is never late; the slack leaves
+    # alone clocks a few seconds ahead and the simulator, which stamps a step's messages up
+    # to one interval (10 s) ahead of publishing them.
+    arrival_slack: Seconds = 10.0
+
+    @model_validator(mode="after")
+    def _slack_within_lateness(self) -> Stream:
+        if self.arrival_slack > self.allowed_lateness:
+            raise ValueError("arrivalSlack must not exceed allowedLateness (a real event "
+                             "after a message stamped ahead would look late)")
+        return self
 
 
 class Staleness(_Section):

@@ -7,6 +7,11 @@ changes what it emits (an isolated port goes down and stays down, carries no tra
 stops flapping; a reset zeroes the port's counters; a successful repair clears the faults
 on that cable).
 
+A command that changes a port (isolate, un-isolate, reset, repair) is refused with
+``ControllerError`` when a simulator has recorded its fabric (``record_fabric``) and the port
+is not in it: nothing changes, and the command log has a ``refused`` line. With no fabric
+recorded (a controller used without a running simulator) every well-formed port is taken.
+
 Every command is idempotent, because Temporal retries activities: isolating an isolated
 port changes nothing, and a repair step asked twice for the same rung in the same
 isolation episode returns the answer it gave the first time. Whether a rung fixes the
@@ -111,7 +116,7 @@ class SimController:
 
         ``by`` names who isolated it (another tool, a human); ``isolated_by`` tells it back.
         """
-        key = _key(device, port)
+        key = self._cabled(device, port)
         with self._update() as state:
             if key in state["isolated"]:
                 self._log("isolate", key, changed=False)
@@ -125,7 +130,7 @@ class SimController:
 
     def unisolate(self, device: str, port: int) -> bool:
         """Return the port to service. Returns True if it was isolated."""
-        key = _key(device, port)
+        key = self._cabled(device, port)
         with self._update() as state:
             changed = state["isolated"].pop(key, None) is not None
             self._log("unisolate", key, changed=changed)
@@ -156,7 +161,7 @@ class SimController:
 
     def reset_counters(self, device: str, port: int) -> int:
         """Ask for the port's counters to be zeroed; returns the reset sequence number."""
-        key = _key(device, port)
+        key = self._cabled(device, port)
         with self._update() as state:
             seq = int(state["resets"].get(key, 0)) + 1
             state["resets"][key] = seq
@@ -169,7 +174,7 @@ class SimController:
         The same rung asked again in the same isolation episode returns the recorded
         answer (an activity retry must not roll the dice twice).
         """
-        key = _key(device, port)
+        key = self._cabled(device, port)
         rung_name = str(rung)
         if not rung_name or len(rung_name) > 128:
             raise ControllerError(f"bad rung {rung!r}")
@@ -257,6 +262,22 @@ class SimController:
         elif not any(k.startswith(f"{device}:") for k in known):
             raise ControllerError(f"{device} is not a device of the simulated fabric")
 
+    def _cabled(self, device: str, port: int) -> str:
+        """The port's key, for a command that changes it: a port that a running simulator's
+        fabric does not have is refused before anything changes (logged as refused)."""
+        key = _key(device, port)
+        try:
+            self.check_port(device, port)
+        except ControllerError:
+            with open(self._lock_path, "a+b") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                try:
+                    self._log("refused", key)
+                finally:
+                    fcntl.flock(lock, fcntl.LOCK_UN)
+            raise
+        return key
+
     def view(self) -> ControllerView:
         """The current state; re-reads the file only when it changed on disk."""
         state = self._read()
@@ -269,8 +290,11 @@ class SimController:
         )
 
     def is_healthy(self, device: str, port: int) -> bool | None:
-        """Whether the running simulator finds no fault on the port (None: no simulator has
-        reported yet). This is what a return-to-service check measures on the sim."""
+        """Whether the running simulator finds no fault on the port. None: no simulator has
+        reported yet, or its report is from before the port's last successful repair (the
+        simulator applies a repair at its next step: until then its report says nothing
+        about the repaired cable, and the repair's own result is the answer).
+        This is what a return-to-service check measures on the sim."""
         key = _key(device, port)
         try:
             raw = (self.state_dir / HEALTH_FILE).read_bytes()
@@ -280,15 +304,23 @@ class SimController:
         faulty = health.get("faulty") if isinstance(health, dict) else None
         if not isinstance(faulty, list):
             return None
+        repaired = self._read()["repaired"].get(key)
+        applied = health.get("repaired")
+        if repaired is not None and (not isinstance(applied, dict)
+                                     or applied.get(key) != repaired):
+            return None
         return key not in faulty
 
-    def write_health(self, fabric: str, ts: int, faulty: list[str]) -> None:
-        """The simulator's report of the ports that have a fault now (atomic, only on change)."""
-        data = orjson.dumps({"fabric": fabric, "faulty": faulty})
+    def write_health(self, fabric: str, ts: int, faulty: list[str],
+                     repaired: Mapping[str, int] | None = None) -> None:
+        """The simulator's report of the ports that have a fault now, and the repairs it
+        has applied (port key -> the repair's time, as ``view().repaired`` gave it); atomic,
+        written only on change."""
+        body = {"fabric": fabric, "faulty": faulty, "repaired": dict(repaired or {})}
+        data = orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
         if data == self._health_written:
             return
-        self._atomic_write(self.state_dir / HEALTH_FILE,
-                           orjson.dumps({"fabric": fabric, "ts": ts, "faulty": faulty}))
+        self._atomic_write(self.state_dir / HEALTH_FILE, orjson.dumps({**body, "ts": ts}))
         self._health_written = data
 
     def isolated_ports(self) -> list[str]:

@@ -299,7 +299,8 @@ class Simulator:
                                 for job in self.jobs)
         self.now_ms = t1
         if self.controller is not None:
-            self.controller.write_health(self.name, t1, sorted(self.faulty_ports()))
+            self.controller.write_health(self.name, t1, sorted(self.faulty_ports()),
+                                         self._seen_repaired)
         return out
 
     def faulty_ports(self) -> set[str]:

@@ -48,7 +48,7 @@ from schemas import (
     encode,
 )
 from schemas import topics as registry
-from schemas.acceptance import TimeBounds, accept
+from schemas.acceptance import TimeBounds, accept, at_arrival
 from schemas.policy import Policy
 from streams.engine import Context, Engine
 from streams.sink import LedgerSink, LedgerWriter
@@ -238,13 +238,14 @@ class StreamsApp:
         raw = event.value if isinstance(event.value, bytes) else b""
         metrics.consumed(topic.name, event.message, self.app.consumer)
         stamp = getattr(event.message, "timestamp", None)  # the broker's, in seconds
+        received = round(stamp * 1000) if stamp else None
         try:
-            obj = accept(topic, raw, received_ms=round(stamp * 1000) if stamp else None,
-                         bounds=self.bounds)
+            obj = accept(topic, raw, received_ms=received, bounds=self.bounds)
         except ContractError as exc:
             await self.dead_letter(raw, exc, event.message)
             return None
-        return obj
+        # no later than its arrival (+ slack): one message stamped ahead cannot move "newest"
+        return at_arrival(obj, received, self.bounds)
 
     async def dead_letter(self, raw: bytes, error: ContractError, message: Any) -> None:
         record = dead_letter(raw, error, source_topic=message.topic,

@@ -5,6 +5,9 @@ Operators backtest a policy change on history before rolling it out:
 event is reported (line number and reason) and skipped; replay never stops on one. A
 detection is yielded once per ``id`` (a duplicated input line that fired repeats the
 identical detection, which the worker would publish again and consumers would drop).
+Lines carry no broker receive time, so each ``ts`` is taken as written: the worker caps a
+``ts`` at its receive time plus ``arrivalSlack`` (``schemas.acceptance.at_arrival``), which
+changes only events stamped further ahead of their arrival.
 """
 
 from __future__ import annotations

@@ -15,15 +15,24 @@ Offsets are committed only after Temporal accepted the start or signal (at-least
 idempotent by the workflow id and the episode rule).
 
 Where a port sits (SU, rail, node, peer, LID, GUID) and how many ports its SU and the fabric
-have come from an ``Inventory`` built from the latest ``fabric.topology`` snapshot, with the
-rail-optimized naming rule as a fallback for a port the topology does not know yet.
+have come from an ``Inventory`` built from the latest ``fabric.topology`` snapshot.
+
+The inventory decides who may act (``may_act``, a gate of its own before the episode rule):
+a detection for a port that no snapshot of its fabric has cabled starts nothing; it is
+recorded (a ``unknown_device`` detection, action ``page``) and paged once per port through
+the ticket adapter. While no snapshot of the fabric has been seen at all, nothing can be
+told apart, so nothing starts either (fail closed): each such port is recorded and paged
+once, with the reason ``no topology``. A name is never interpreted, only compared and shown
+escaped (control and bidirectional-format characters as ``\\uXXXX``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
+import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,9 +47,10 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from schemas import ContractError
 from schemas.acceptance import TimeBounds, accept
-from schemas.events import Action, Detection, Topology
+from schemas.events import Action, Detection, DetectionKind, Severity, Topology
 from schemas.policy import Policy
 from schemas.topics import DETECTIONS, TOPOLOGY, Topic
+from workflows.adapters.base import RecordSink, Ticketing
 from workflows.inventory import Inventory
 from workflows.remediation.models import (
     ActivityTimeouts,
@@ -110,6 +120,23 @@ class DispatchStats:
     ignored: int = 0
     invalid: int = 0
     duplicate: int = 0  # the episode already had a runbook that closed
+    unknown: int = 0  # a port the inventory does not have (or no topology yet): no runbook
+
+
+# Who records and pages an unknown port (the ``source`` of its ``unknown_device`` detection).
+SOURCE = "fabricwatch"
+NO_TOPOLOGY = "no topology of this fabric has been seen yet"
+NOT_CABLED = "no topology snapshot of this fabric has this port cabled"
+# Ports reported one by one before the dispatcher stops paging each (a flood of invented
+# names must not become a flood of pages or an unbounded set); one page says so.
+MAX_REPORTED = 1000
+
+
+def shown(name: str) -> str:
+    """A name as a page may show it: control, format (U+202E and other bidirectional
+    overrides) and other invisible characters escaped, so a name cannot disguise itself."""
+    return "".join(c if unicodedata.category(c)[0] not in "CZ" or c == " "
+                   else f"\\u{ord(c):04x}" for c in name)
 
 
 class Dispatcher:
@@ -117,7 +144,8 @@ class Dispatcher:
 
     def __init__(self, client: Client, policy: Policy, inventory: Inventory, *,
                  task_queue: str, timeouts: ActivityTimeouts | None = None,
-                 fabric: str | None = None) -> None:
+                 fabric: str | None = None, ticketing: Ticketing | None = None,
+                 records: RecordSink | None = None) -> None:
         # fabric: this dispatcher's only fabric (the inventory holds one fabric's topology, a
         # runbook worker acts on one fabric's controller); None takes every fabric
         self.fabric = fabric
@@ -128,6 +156,11 @@ class Dispatcher:
         self.timeouts = timeouts
         self.bounds = TimeBounds.from_policy(policy)
         self.stats = DispatchStats()
+        # unknown ports: recorded to ``records`` and paged through ``ticketing`` once each
+        self.ticketing = ticketing
+        self.records = records
+        self._reported: set[tuple[str, str, str, int]] = set()
+        self._flooded = False
 
     def runbook_input(self, det: Detection) -> RemediationInput:
         port, peer = self.inventory.cable(det.fabric, det.device, det.port,
@@ -146,6 +179,8 @@ class Dispatcher:
                                                   and det.fabric != self.fabric):
             self.stats.ignored += 1
             return False
+        if not await self.may_act(det):
+            return False
         inp = self.runbook_input(det)
         running, prior = await closed_runs(
             self.client, runbook_id(inp), now_ms=int(time.time() * 1000),
@@ -161,6 +196,71 @@ class Dispatcher:
         await start_or_join(self.client, inp, task_queue=self.task_queue)
         self.stats.dispatched += 1
         return True
+
+    async def may_act(self, det: Detection) -> bool:
+        """The inventory's gate: True when the fabric's topology has cabled the port.
+
+        Otherwise the detection starts nothing, and the port is recorded and paged as
+        ``unknown_device`` the first time (per reason and port). A report that fails is
+        logged and tried again at the port's next detection; it never starts a runbook.
+        """
+        known = self.inventory.knows(det.fabric, det.device, det.port)
+        if known:
+            return True
+        self.stats.unknown += 1
+        reason = NO_TOPOLOGY if known is None else NOT_CABLED
+        key = (reason, det.fabric, det.device, det.port)
+        log.warning("detection %s for %s:%d of fabric %s starts no runbook: %s", det.id,
+                    shown(det.device), det.port, shown(det.fabric), reason)
+        if key in self._reported:
+            return False
+        if len(self._reported) >= MAX_REPORTED:
+            if not self._flooded and self.ticketing is not None:
+                self._flooded = True
+                log.error("more than %d unknown ports: no more pages for them", MAX_REPORTED)
+                try:
+                    await self.ticketing.page(
+                        "unknown_device/flood", f"more than {MAX_REPORTED} unknown ports: "
+                        "each starts no runbook; no more pages for them from this dispatcher",
+                        {"detection": "unknown_device", "reason": reason})
+                except Exception:  # noqa: BLE001 - logged above
+                    log.exception("could not page the unknown-port flood")
+            return False
+        try:
+            await self.report_unknown(det, reason)
+        except Exception:  # noqa: BLE001 - a ticket or ledger outage must not stop dispatch
+            log.exception("could not record or page unknown port %s:%d", shown(det.device),
+                          det.port)
+            return False
+        self._reported.add(key)
+        return False
+
+    async def report_unknown(self, det: Detection, reason: str) -> Detection:
+        """Record the ``unknown_device`` detection and page it (one id per reason and port)."""
+        digest = hashlib.sha256(f"{det.fabric}\0{det.device}\0{det.port}\0{reason}".encode()
+                                ).hexdigest()[:20]
+        # the page key reaches HTTP headers (Idempotency-Key): a digest, never the raw name
+        page_key = f"unknown_device/{digest}"
+        name = f"{shown(det.device)}:{det.port}"
+        unknown = Detection(
+            # the device is in its own field: an id of two long names could pass 512 chars
+            id=f"unknown_device/{det.fabric}/{digest}", ts=det.ts,
+            fabric=det.fabric, source=SOURCE, device=det.device, port=det.port,
+            detection=DetectionKind.UNKNOWN_DEVICE, severity=Severity.WARNING,
+            action=Action.PAGE, episode=page_key,
+            evidence={"reason": reason, "shown": name, "detection_id": det.id,
+                      "detection": str(det.detection), "episode": det.episode,
+                      "topology_ts": self.inventory.snapshot_ts})
+        if self.records is not None:
+            await self.records.write([unknown])
+        if self.ticketing is not None:
+            # no time and no triggering detection in the page: a restarted dispatcher's page
+            # has the same body, so a receiver that deduplicates by Idempotency-Key drops it
+            await self.ticketing.page(page_key, f"unknown device {name} in fabric "
+                                      f"{shown(det.fabric)}: no runbook started ({reason})", {
+                                          "fabric": shown(det.fabric), "port": name,
+                                          "reason": reason, "detection": "unknown_device"})
+        return unknown
 
     async def handle_raw(self, raw: bytes, topic: Topic = DETECTIONS,
                          received_ms: int | None = None) -> bool:

@@ -82,8 +82,16 @@ class Inventory:
     total_ports: int = 0
     default_su_ports: int = 100  # before any topology: 1 % of this is 1 port per SU
     snapshot_ts: int | None = None
+    # Every port any snapshot of a fabric has cabled, since this process started. A port
+    # stays known when a later snapshot misses it: a flapping or isolated port drops out of
+    # discovery, and is exactly the one a runbook must still reach.
+    known: dict[str, set[tuple[str, int]]] = field(default_factory=dict)
 
     def load(self, topo: Topology) -> None:
+        seen = self.known.setdefault(topo.fabric, set())
+        for link in topo.links:
+            seen.add((link.a_device, link.a_port))
+            seen.add((link.b_device, link.b_port))
         if self.snapshot_ts is not None and topo.ts < self.snapshot_ts:
             return  # an older snapshot read late
         peers: dict[tuple[str, int], tuple[str, int]] = {}
@@ -140,7 +148,16 @@ class Inventory:
         """Whether the topology has ``device:port`` cabled; None before any topology."""
         if self.snapshot_ts is None:
             return None
-        return (device, port) in self.peers
+        return (device, port) in self.peers or (
+            self.fabric is not None and (device, port) in self.known.get(self.fabric, ()))
+
+    def knows(self, fabric: str, device: str, port: int) -> bool | None:
+        """Whether any snapshot of ``fabric`` cabled ``device:port``; None while none of that
+        fabric has been seen (nothing can be said, so nothing may act)."""
+        ports = self.known.get(fabric)
+        if ports is None:
+            return None
+        return (device, port) in ports
 
     def su_of(self, device: str, port: int) -> str:
         return self._su_for(device, port, self.su_of_device, self.peers)

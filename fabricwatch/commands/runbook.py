@@ -608,7 +608,8 @@ async def _serve(settings: Settings, policy: Policy, inventory: Any, opts: Any, 
             from workflows.incident.activities import default_config
             from workflows.incident.dispatch import IncidentDispatcher, run_incident_consumer
 
-            dispatcher = Dispatcher(client, policy, inventory, task_queue=queue)
+            dispatcher = Dispatcher(client, policy, inventory, task_queue=queue,
+                                    ticketing=fabric.ticketing, records=fabric.records)
             tasks.append(asyncio.create_task(run_dispatcher(
                 dispatcher, settings.kafka.bootstrap_servers, stop=stop)))
             # fabric.incidents -> one IncidentRunbook per incident (it pages once)

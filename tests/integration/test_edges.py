@@ -7,6 +7,11 @@ every consumer refuses.
 - One ``up`` stamped 23 h ahead on each end of a link, then a real four-bounce flap: the two
   poisoned events are dead letters ("ahead of the time the broker received it"), and the
   flap is detected as if they had never been sent.
+- Within the skew the contract allows (5 min): one ``up`` stamped 4 min 50 s ahead on each
+  end of a link is accepted, yet a real flap after it is detected; counters stamped as far
+  ahead do not make the real samples after them stale (a degraded link and an error rate
+  are still detected). The detectors see an event no later than its broker receive time
+  plus the policy's ``arrivalSlack`` (10 s).
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import pytest
 
 from ledger.embedded import EmbeddedLedger
 from ledger.ingest import LedgerIngest
-from schemas import ActionRecord, Detection, Event, PortEvent, encode
+from schemas import ActionRecord, Counters, Detection, Event, PortEvent, PortSample, encode
 from schemas.topics import PORT_EVENTS
 
 sys.path.insert(0, str(Path(__file__).parent))  # stream_helpers, shared with other tests
@@ -121,3 +126,61 @@ async def test_forged_kinds_and_future_stamps_are_refused_by_worker_and_ledger(
                      ) == 4
     finally:
         ledger.close()
+
+
+async def test_stamped_ahead_within_the_skew_blinds_no_port(worker: Worker) -> None:
+    tag = worker.app_id.rsplit("-", 1)[1]
+    await asyncio.to_thread(worker.start)
+    ahead = 4 * 60_000 + 50_000
+    a, b, c = f"{tag}-leaf-su01-r1", f"{tag}-spine-01", f"{tag}-leaf-su01-r2"
+
+    def sample(ts: int, n: int, *, width: str, errors: int) -> Counters:
+        return Counters(id=f"{tag}/c{n}", ts=ts, fabric=tag, source="ufm", device=c, ports=[
+            PortSample(port=5, width=width, speed="NDR", symbol_errors=0),
+            PortSample(port=6, width="4X", speed="NDR", symbol_errors=errors)])
+
+    now = int(time.time() * 1000)
+    before = sample(now - 10_000, 0, width="4X", errors=0)  # a real, healthy sample
+    await publish(worker.bootstrap, [before])
+    await asyncio.sleep(1.0)
+    now = int(time.time() * 1000)
+    poison: list[Event] = [
+        PortEvent(id=f"{tag}/ahead-{dev}", ts=now + ahead, fabric=tag, source="opensm",
+                  device=dev, port=port, state="up") for dev, port in ((a, 7), (b, 3))]
+    poison.append(sample(now + ahead, 1, width="4X", errors=0))
+    await publish(worker.bootstrap, poison)
+    # the poison first, as an attacker would send it; the real events come after the
+    # policy's arrivalSlack (10 s), as far as a message stamped ahead can move "newest"
+    await asyncio.sleep(11.0)
+    now = int(time.time() * 1000)
+    flap: list[Event] = []
+    for i, down in enumerate(downs(a, 7, [0, 2_000, 4_000, 6_000], now - 8_000, tag=tag)):
+        flap.append(down.model_copy(update={"fabric": tag}))
+        flap.append(PortEvent(id=f"{tag}/up{i}", ts=down.ts + 500, fabric=tag,
+                              source="opensm", device=a, port=7, state="up"))
+    # the link trains down to 1X on port 5; port 6 counts 50,000 symbol errors in seconds
+    real = sample(now, 2, width="1X", errors=50_000)
+    want = expected(flap)
+    assert want, "the flap alone is a detection"
+    want_counters = {(d.device, d.port, str(d.detection))
+                     for d in replay_detections([before, real])}
+    assert (c, 5, "degraded_link") in want_counters and (c, 6, "error_rate") in want_counters
+    await publish(worker.bootstrap, [*flap, real])
+
+    got = [orjson.loads(v) for v in await collect(worker.bootstrap, "fabric.detections",
+                                                  len(want) + len(want_counters),
+                                                  tag.encode())]
+    assert {d["id"] for d in got if d["detection"] == "flap"} == want, worker.tail()
+    assert {(d["device"], d["port"], d["detection"]) for d in got
+            if d["device"] == c} >= want_counters, worker.tail()
+    # the stamped-ahead messages were accepted (within the skew), not dead-lettered
+    for event in poison:
+        assert await collect(worker.bootstrap, "fabric.dlq", 1,
+                             base64.b64encode(encode(event)), wait_s=2, settle=0) == []
+
+
+def replay_detections(events: list[Event]) -> list[Detection]:
+    from schemas.policy import Policy
+    from streams.replay import replay
+
+    return list(replay([encode(e) for e in events], Policy(), on_error=None))

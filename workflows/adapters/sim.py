@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from workflows.adapters.base import CheckOutcome, ToolOutput
+from workflows.adapters.base import AdapterRejected, CheckOutcome, ToolOutput
 from workflows.remediation.models import PortRef
 from workflows.remediation.probation import check_kind
 
@@ -60,10 +60,25 @@ class SimControllerAdapter:
 
     async def _call(self, fn: Callable[[], T]) -> T:
         async with self._lock:
-            return await asyncio.to_thread(fn)
+            try:
+                return await asyncio.to_thread(fn)
+            except json.JSONDecodeError:
+                raise  # this adapter's own file: not a refusal
+            except ValueError as exc:
+                # sim.controller.ControllerError: a port the simulated fabric does not have
+                # (or a name that cannot be one); for good, and nothing was changed
+                raise AdapterRejected(str(exc)) from None
+
+    def _check(self, port: PortRef) -> None:
+        """Refuse a port the simulated fabric does not have, before reading or changing it
+        (``check_port`` where the simulator has one; the drill's stand-ins do not)."""
+        check = getattr(self._sim, "check_port", None)
+        if check is not None:
+            check(port.device, port.port)
 
     async def isolate(self, port: PortRef) -> bool:
         def op() -> bool:
+            self._check(port)
             if self._sim.is_isolated(port.device, port.port):
                 return False
             self._sim.isolate(port.device, port.port)
@@ -72,6 +87,7 @@ class SimControllerAdapter:
 
     async def unisolate(self, port: PortRef) -> bool:
         def op() -> bool:
+            self._check(port)
             if not self._sim.is_isolated(port.device, port.port):
                 return False
             self._sim.unisolate(port.device, port.port)
@@ -79,7 +95,10 @@ class SimControllerAdapter:
         return await self._call(op)
 
     async def is_isolated(self, port: PortRef) -> bool:
-        return await self._call(lambda: bool(self._sim.is_isolated(port.device, port.port)))
+        def op() -> bool:
+            self._check(port)
+            return bool(self._sim.is_isolated(port.device, port.port))
+        return await self._call(op)
 
     async def reset_counters(self, port: PortRef) -> None:
         await self._call(lambda: self._sim.reset_counters(port.device, port.port))
@@ -100,6 +119,7 @@ class SimControllerAdapter:
 
     async def repair_step(self, port: PortRef, rung: str) -> bool | None:
         def op() -> bool:
+            self._check(port)
             fixed = bool(self._sim.repair_step(port.device, port.port, rung))
             repairs = self._load_repairs()
             repairs[port.key] = {"rung": rung, "fixed": fixed}
@@ -161,13 +181,16 @@ FAULTY_FRACTION = 0.55
 class SimChecker:
     """Return-to-service checks against the simulator.
 
-    The port's health is what the simulator says (or, where it has no health view, whether
-    the last repair rung fixed the fault). Probes (ib_write_bw, the all-reduce canary) return
-    measurements the runbook judges against the pinned baselines: a healthy link at the
-    nominal bandwidth (or the share the simulator's ``bandwidth_fraction`` gives a link a
-    repair left slow), a faulty one at ``FAULTY_FRACTION`` of it; ib_write_bw runs both
-    directions. The soak's counters are clean when the port is healthy and the simulator
-    counted no errors under the probe traffic (``soak_errors``).
+    The port's health is the simulator's health report, made after it applied the port's
+    last repair; until the simulator has applied that repair (it does at its next step, and
+    rewrites its report then) the controller's repair result decides: a rung that fixed the
+    cable is judged fixed, not by the report from before it. Probes (ib_write_bw, the
+    all-reduce canary) return measurements the runbook judges against the pinned baselines:
+    a healthy link at the nominal bandwidth (or the share the simulator's
+    ``bandwidth_fraction`` gives a link a repair left slow), a faulty one at
+    ``FAULTY_FRACTION`` of it; ib_write_bw runs both directions. The soak's counters are
+    clean when the port is healthy and the simulator counted no errors under the probe
+    traffic (``soak_errors``).
     """
 
     def __init__(self, adapter: SimControllerAdapter) -> None:

@@ -9,9 +9,10 @@ mode the changing activities touch nothing and return what they would have done.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from temporalio import activity
@@ -54,6 +55,36 @@ T = TypeVar("T")
 SOURCE = "fabricwatch"
 EXCERPT_LINES = 12
 
+F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
+
+
+def heartbeating(fn: F) -> F:
+    """Heartbeat every third of the activity's heartbeat timeout while it runs.
+
+    A worker killed mid-activity stops heartbeating, so the server retries the activity on
+    another worker after the (short) heartbeat timeout instead of its whole start-to-close
+    timeout. A call that hangs in a live worker keeps heartbeating: the start-to-close
+    timeout bounds that one. Without a heartbeat timeout it runs as it is.
+    """
+    @functools.wraps(fn)
+    async def run(*args: Any, **kwargs: Any) -> Any:
+        # called as a plain method (a test, a tool) there is no activity to heartbeat for
+        timeout = activity.info().heartbeat_timeout if activity.in_activity() else None
+        if not timeout:
+            return await fn(*args, **kwargs)
+        every = max(timeout.total_seconds() / 3, 0.1)
+
+        async def tick() -> None:
+            while True:
+                await asyncio.sleep(every)
+                activity.heartbeat()
+        ticker = asyncio.create_task(tick())
+        try:
+            return await fn(*args, **kwargs)
+        finally:
+            ticker.cancel()
+    return run  # type: ignore[return-value]
+
 
 def _rejected(exc: AdapterRejected) -> ApplicationError:
     # A refusal for good (bad port, no permission): retrying cannot help, a human must look.
@@ -64,10 +95,14 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-# The contract refuses an event more than a day in the future. Workflow time is the
-# server's, so in production it trails the wall clock; only a time-skipped workflow (tests,
-# a fast-forwarded demo) runs ahead. Its records are stamped no later than 23 h ahead, so
-# they stay valid; the workflow's own time is still in the history and the query.
+# A record's ts is the workflow's time when it decided (``workflow.now()``, in the input),
+# never this activity's clock: a retry stamps what the first attempt stamped. The one
+# exception: the contract refuses an event more than a day ahead of the wall clock, which
+# only a time-skipped workflow (tests, a fast-forwarded demo) reaches, as workflow time is
+# the server's and trails the wall clock in production; such a record is stamped 23 h ahead
+# so it stays valid (its own time is still in the history and the query). A re-run with
+# another ts (the record is a local activity, re-run with a later ``workflow.now()`` when
+# its workflow task is lost) is the same row: the ledger keeps one row per record id.
 _MAX_AHEAD_MS = 23 * 3600 * 1000
 
 
@@ -75,7 +110,7 @@ def event_ts(workflow_ms: int) -> int:
     return min(workflow_ms, _now_ms() + _MAX_AHEAD_MS)
 
 
-HEARTBEAT_EVERY_S = 30.0  # well inside the checks' heartbeat timeout (120 s)
+HEARTBEAT_EVERY_S = 1.0  # well inside the checks' heartbeat timeout (5 s, ActivityTimeouts)
 
 
 async def _heartbeating(call: Awaitable[T], what: str) -> T:
@@ -130,6 +165,7 @@ class FabricActivities:
     # --- evidence ---------------------------------------------------------------------------
 
     @activity.defn(name="capture_evidence")
+    @heartbeating
     async def capture_evidence(self, inp: EvidenceInput) -> EvidenceResult:
         activity.heartbeat("capturing")
         ends = [inp.port] + ([inp.peer] if inp.peer is not None else [])
@@ -169,6 +205,7 @@ class FabricActivities:
                 "controller": self.controller.name}
 
     @activity.defn(name="isolate_port")
+    @heartbeating
     async def isolate_port(self, inp: ControlInput) -> ControlResult:
         try:
             before = await self._state(inp.port)
@@ -184,6 +221,7 @@ class FabricActivities:
                              detail="isolated" if changed else "was already isolated")
 
     @activity.defn(name="port_state")
+    @heartbeating
     async def port_state(self, inp: ControlInput) -> PortState:
         """The port's real state, read back for a human (never raises: unreadable is None)."""
         try:
@@ -198,6 +236,7 @@ class FabricActivities:
                                 f" ({self.controller.name})")
 
     @activity.defn(name="unisolate_port")
+    @heartbeating
     async def unisolate_port(self, inp: ControlInput) -> ControlResult:
         try:
             before = await self._state(inp.port)
@@ -212,6 +251,7 @@ class FabricActivities:
                              detail="returned to service" if changed else "was not isolated")
 
     @activity.defn(name="reset_counters")
+    @heartbeating
     async def reset_counters(self, inp: ControlInput) -> ControlResult:
         if inp.dry_run:
             return ControlResult(changed=False, detail="would reset counters")
@@ -222,6 +262,7 @@ class FabricActivities:
         return ControlResult(changed=True, detail="counters reset")
 
     @activity.defn(name="repair_step")
+    @heartbeating
     async def repair_step(self, inp: RepairInput) -> RepairResult:
         try:
             return RepairResult(fixed=await self.controller.repair_step(inp.port, inp.rung))
@@ -231,6 +272,7 @@ class FabricActivities:
     # --- node fencing -------------------------------------------------------------------
 
     @activity.defn(name="fence_node")
+    @heartbeating
     async def fence_node(self, inp: ControlInput) -> ControlResult:
         if inp.port.node is None:
             return ControlResult(changed=False, skipped=True, detail="no node behind this port")
@@ -248,6 +290,7 @@ class FabricActivities:
                              detail="labelled and tainted" if changed else "already fenced")
 
     @activity.defn(name="unfence_node")
+    @heartbeating
     async def unfence_node(self, inp: ControlInput) -> ControlResult:
         if inp.port.node is None:
             return ControlResult(changed=False, skipped=True, detail="no node behind this port")
@@ -266,6 +309,7 @@ class FabricActivities:
     # --- checks -----------------------------------------------------------------------
 
     @activity.defn(name="run_check")
+    @heartbeating
     async def run_check(self, inp: CheckInput) -> CheckResult:
         if inp.dry_run:
             return CheckResult(check=inp.check, passed=True, detail="would run")

@@ -96,12 +96,16 @@ class ActivityTimeouts(_Model):
 
     record: float = 30.0  # one ledger batch insert
     controller: float = 120.0  # UFM applies an isolation within seconds; 2 min covers a busy UFM
-    controller_heartbeat: float | None = None
+    # Heartbeats: the activity beats every third of it while it runs (``heartbeating``), so a
+    # worker killed mid-activity is noticed after this, not after the start-to-close
+    # timeout, and the activity is retried on another worker within ~10 s
+    # (benchmarks/activity_recovery.py). None: no heartbeat (runbooks started before).
+    controller_heartbeat: float | None = 5.0
     evidence: float = 600.0  # ibdiagnet cable info on a big fabric takes minutes
-    evidence_heartbeat: float = 60.0
+    evidence_heartbeat: float = 5.0
     ticket: float = 60.0
     check: float = 1800.0  # an NCCL all-reduce sweep on a rail takes minutes
-    check_heartbeat: float = 120.0
+    check_heartbeat: float = 5.0
     budget: float = 60.0
     controller_attempts: int = 20  # then the step goes to a human (needs_human)
 

@@ -304,12 +304,16 @@ class PortRemediation:
                 method, ControlInput(workflow_id=workflow.info().workflow_id, port=self._port,
                                      dry_run=self._dry),
                 start_to_close_timeout=_s(self._cfg.timeouts.controller),
-                heartbeat_timeout=(_s(self._cfg.timeouts.controller_heartbeat)
-                                   if self._cfg.timeouts.controller_heartbeat else None),
+                heartbeat_timeout=self._controller_heartbeat(),
                 retry_policy=self._controller_retry())
             return result
         done: ControlResult = await self._guarded(step, once)
         return done
+
+    def _controller_heartbeat(self) -> timedelta | None:
+        # short: a worker killed mid-call is noticed in seconds (the activity heartbeats)
+        beat = self._cfg.timeouts.controller_heartbeat
+        return _s(beat) if beat else None
 
     def _controller_retry(self) -> RetryPolicy:
         attempts = self._cfg.timeouts.controller_attempts
@@ -331,7 +335,8 @@ class PortRemediation:
         state: PortState = await workflow.execute_activity_method(
             FabricActivities.port_state,
             ControlInput(workflow_id=workflow.info().workflow_id, port=self._port),
-            start_to_close_timeout=_s(self._cfg.timeouts.controller), retry_policy=FEW)
+            start_to_close_timeout=_s(self._cfg.timeouts.controller),
+            heartbeat_timeout=self._controller_heartbeat(), retry_policy=FEW)
         self._port_state = state.model_dump(mode="json")
         return state
 
@@ -733,6 +738,7 @@ class PortRemediation:
                     RepairInput(workflow_id=workflow.info().workflow_id, port=self._port,
                                 rung=rung, rung_index=index),
                     start_to_close_timeout=_s(self._cfg.timeouts.controller),
+                    heartbeat_timeout=self._controller_heartbeat(),
                     retry_policy=self._controller_retry())
                 return res
             repair = await self._guarded(f"ladder:{rung}", repair_call)

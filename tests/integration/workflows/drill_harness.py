@@ -6,7 +6,8 @@ Usage: drill_harness.py TARGET TASK_QUEUE STATE_DIR BOOTSTRAP TICKET_URL FABRIC 
 When STATE_DIR/kill-at names a step, the process SIGKILLs itself right *after* that step's
 side effect (the port isolated, the activity not yet completed): the hardest moment to die,
 since the retry must see that it was done. The file is removed first, so the next worker
-goes on.
+goes on. ``record:isolate`` dies right after the isolate step's record is written, before
+the workflow task that wrote it completes.
 """
 
 from __future__ import annotations
@@ -50,6 +51,18 @@ def die_at(step: str) -> None:
     if KILL_AT.read_text().strip() == step:
         KILL_AT.unlink()
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+class DyingSink(JsonlSink):
+    """Dies right after the runbook's ``isolate`` record is written (``record:isolate``):
+    the local activity ran, its workflow task did not complete, and the next worker runs
+    it again with the same record id and a later ``workflow.now()``."""
+
+    async def write(self, events: Any) -> int:
+        written = await super().write(events)
+        if any(getattr(e, "step", None) == "isolate" for e in events):
+            die_at("record:isolate")
+        return written
 
 
 class SlowController(SimControllerAdapter):
@@ -143,7 +156,7 @@ async def main(target: str, queue: str, state_dir: str, bootstrap: str, ticket_u
     client = await Client.connect(target, data_converter=pydantic_data_converter)
     sim = SimController(state / "sim", fix_chance={"clean-and-reseat": 1.0})
     adapter = SlowController(sim, state / "sim")
-    acts = FabricActivities(records=JsonlSink(state / "records.jsonl"), controller=adapter,
+    acts = FabricActivities(records=DyingSink(state / "records.jsonl"), controller=adapter,
                             evidence=SlowEvidence(adapter), checker=SlowChecker(adapter),
                             fencer=FileFencer(state / "fences.txt"),
                             ticketing=SlowTicketing(ticket_url), baselines=SimBaselines())

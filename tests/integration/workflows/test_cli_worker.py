@@ -20,7 +20,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from collectors.publish import Publisher
 from ledger.embedded import EmbeddedLedger
-from schemas.events import Action, Detection, DetectionKind, Severity
+from schemas.events import Action, Detection, DetectionKind, Severity, Topology, TopologyLink
 from sim.controller import SimController
 
 pytestmark = pytest.mark.integration
@@ -52,9 +52,15 @@ async def test_runbook_worker_process_end_to_end(wf_env: WorkflowEnvironment,
                              "--actor", "ops-ana"],
             cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=False)
         assert pinned.returncode == 0, pinned.stderr
+    # the fabric's topology first: the dispatcher acts only on ports it has cabled
+    async with Publisher(kafka_bootstrap) as pub:
+        await pub.send(Topology(id=f"topo-{fabric}", ts=int(time.time() * 1000), fabric=fabric,
+                                source="ibnetdiscover", links=[TopologyLink(
+                                    a_device="leaf-su01-r2", a_port=4,
+                                    b_device="node0004/mlx5_2", b_port=1)]))
     log = (tmp_path / "worker.log").open("wb")
     worker = start_process([*cli, "runbook-worker", "--policy", str(policy)], env, log)
-    wf_id = f"remediate/{fabric}/leaf-su01-r2:4"
+    wf_id = f"remediate/{fabric}/leaf-su01-r2:4~node0004/mlx5_2:1"
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([*cli, *args], cwd=REPO, env=env, capture_output=True, text=True,

@@ -20,12 +20,12 @@ from temporalio.testing import WorkflowEnvironment
 from test_end_to_end import detection
 
 from schemas import encode
-from schemas.events import Action
+from schemas.events import Action, Topology, TopologyLink
 from schemas.policy import Policy
 from schemas.topics import DETECTIONS
 from workflows.dispatch import Dispatcher, run_dispatcher
 from workflows.inventory import Inventory
-from workflows.remediation.models import remediation_workflow_id
+from workflows.remediation.models import cable_workflow_id
 
 pytestmark = pytest.mark.integration
 
@@ -52,7 +52,18 @@ async def send(bootstrap: str, fabric: str, port: int) -> str:
         assert abs(record.timestamp - time.time() * 1000) < 60_000, "LogAppendTime"
     finally:
         await producer.stop()
-    return remediation_workflow_id(fabric, det.device, port)
+    return cable_workflow_id(fabric, (det.device, port), (f"node{port:04d}/mlx5_1", 1))
+
+
+def inventory(fabric: str) -> Inventory:
+    """The fabric's cables (the dispatcher acts on cabled ports only)."""
+    inv = Inventory()
+    inv.load(Topology(id=f"t-{fabric}", ts=int(time.time() * 1000), fabric=fabric,
+                      source="ibnetdiscover", links=[
+                          TopologyLink(a_device="leaf-su01-r1", a_port=p,
+                                       b_device=f"node{p:04d}/mlx5_1", b_port=1)
+                          for p in (1, 2, 3)]))
+    return inv
 
 
 async def age_past_the_lookback() -> None:
@@ -62,7 +73,8 @@ async def age_past_the_lookback() -> None:
 async def run_for(client: Client, bootstrap: str, group: str, task_queue: str,
                   until_ids: list[str], fabric: str) -> None:
     """Run the dispatcher until every id in ``until_ids`` exists (or 60 s), then stop it."""
-    dispatcher = Dispatcher(client, Policy(), Inventory(), task_queue=task_queue, fabric=fabric)
+    dispatcher = Dispatcher(client, Policy(), inventory(fabric), task_queue=task_queue,
+                            fabric=fabric)
     stop = asyncio.Event()
     task = asyncio.create_task(run_dispatcher(dispatcher, bootstrap, group_id=group,
                                               stop=stop, topology_wait_s=5,

@@ -22,7 +22,16 @@ from test_remediation import until
 from wf_helpers import TicketServer
 
 from collectors.publish import Publisher
-from schemas.events import Action, Detection, DetectionKind, Severity, Topology, TopologyLink
+from ledger.embedded import EmbeddedLedger
+from schemas.events import (
+    Action,
+    ActionRecord,
+    Detection,
+    DetectionKind,
+    Severity,
+    Topology,
+    TopologyLink,
+)
 from sim.controller import SimController
 from workflows.remediation.models import StepDone
 from workflows.remediation.workflows import PortRemediation
@@ -33,8 +42,8 @@ HARNESS = str(Path(__file__).with_name("drill_harness.py"))
 # Where the worker dies, in the runbook's order: right after each side effect (the harness
 # kills itself there), and once while the runbook waits for the technician.
 # Probation re-enables the link before the checks run on it.
-STEPS = ["evidence", "budget", "isolate", "fence", "ticket", "wait:clean-and-reseat",
-         "repair_step", "unisolate", "check:ib_write_bw-per-rail",
+STEPS = ["evidence", "budget", "isolate", "record:isolate", "fence", "ticket",
+         "wait:clean-and-reseat", "repair_step", "unisolate", "check:ib_write_bw-per-rail",
          "check:nccl-allreduce-baseline", "reset_counters", "check:counters-clean-24h",
          "unfence"]
 
@@ -146,6 +155,20 @@ async def test_kill_the_worker_in_every_step(wf_env: WorkflowEnvironment, kafka_
     assert not sim.is_isolated("leaf-su01-r1", 3)
     assert len(runs) == 1 and runs[0].status == WorkflowExecutionStatus.COMPLETED
     assert len(ticket_server.ops(wf_id, "open")) == 1
+    # The isolate record was written twice (the worker died before the workflow task that
+    # wrote it completed): same id, a later ts. In the real ledger it is one row.
+    records = [ActionRecord.model_validate_json(line) for line in
+               (tmp_path / "records.jsonl").read_text().splitlines() if '"step":"isolate"' in line]
+    assert len({r.id for r in records}) == 1 and len({r.ts for r in records}) >= 2, records
+    ledger = EmbeddedLedger(tmp_path / "ledger")
+    try:
+        ledger.migrate()
+        ledger.write(records)
+        rows = ledger.query("SELECT id FROM actions FINAL WHERE workflow_id = {w:String} "
+                            "AND step = 'isolate'", {"w": wf_id})
+    finally:
+        ledger.close()
+    assert [r["id"] for r in rows] == [records[0].id]
     print(f"drill: killed in {killed} ({workers.started} worker starts) in {elapsed:.0f} s")
 
 

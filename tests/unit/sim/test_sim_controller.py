@@ -111,3 +111,37 @@ def test_command_log_and_who_isolated(tmp_path: Path) -> None:
         ("unisolate", "leaf-su01-r1:3", False), ("reset_counters", "leaf-su01-r1:4", None)]
     assert [r["key"] for r in c.commands("unisolate")] == ["leaf-su01-r1:3"] * 2
     assert log[2]["by"] == "ufm port-health"
+
+
+@pytest.mark.parametrize("device,port", [("$(touch x)", 1), ("leaf-su01-r1\u202egnp.exe", 3),
+                                         ("--help", 4), ("leaf-su01-r1", 40)])
+def test_a_port_the_simulated_fabric_lacks_is_refused_unchanged(
+        tmp_path: Path, device: str, port: int) -> None:
+    ctl = SimController(tmp_path)
+    ctl.record_fabric("f", ["leaf-su01-r1:1", "node0001/mlx5_1:1"])
+    before = ctl.view()
+    for command in (ctl.isolate, ctl.unisolate, ctl.reset_counters):
+        with pytest.raises(ControllerError, match="not a cabled port"):
+            command(device, port)
+    with pytest.raises(ControllerError, match="not a cabled port"):
+        ctl.repair_step(device, port, "swap-optic")
+    assert ctl.view() == before and not ctl.is_isolated(device, port)
+    assert {c["op"] for c in ctl.commands()} == {"refused"}
+    assert ctl.isolate("leaf-su01-r1", 1)  # a cabled port is still taken
+
+
+async def test_the_runbook_adapter_turns_a_refusal_into_a_rejection(tmp_path: Path) -> None:
+    from workflows.adapters.base import AdapterRejected
+    from workflows.adapters.sim import SimControllerAdapter
+    from workflows.remediation.models import PortRef
+
+    ctl = SimController(tmp_path)
+    ctl.record_fabric("f", ["leaf-su01-r1:1"])
+    adapter = SimControllerAdapter(ctl, tmp_path)
+    port = PortRef(fabric="f", device="; rm -rf /", port=2)
+    for call in (adapter.isolate, adapter.unisolate, adapter.reset_counters):
+        with pytest.raises(AdapterRejected, match="not a cabled port"):
+            await call(port)
+    with pytest.raises(AdapterRejected):
+        await adapter.repair_step(port, "swap-optic")
+    assert ctl.isolated_ports() == []

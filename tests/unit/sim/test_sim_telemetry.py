@@ -435,3 +435,34 @@ def test_a_link_back_from_isolation_carries_probe_traffic(tmp_path: Path) -> Non
         ctl.isolate(device, int(port))  # failed probation: isolated again, the probes stop
         s.run_steps(1)
         assert not probes(s.run_steps(2))
+
+
+async def test_the_checker_judges_a_fixed_rung_fixed_before_the_next_step(
+        tmp_path: Path) -> None:
+    """The simulator rewrites its health report only at a step: a check right after a rung
+    that fixed the cable must not read the report from before that rung."""
+    from workflows.adapters.sim import SimChecker, SimControllerAdapter
+    from workflows.remediation.models import PortRef
+
+    ctl = SimController(tmp_path, fix_chance={"swap-optic": 1.0, "clean-and-reseat": 0.0})
+    s = sim(LAB, ["ber:node0002/mlx5_1:1", "ber:node0003/mlx5_1:1"], controller=ctl,
+            probe_every=0)
+    adapter = SimControllerAdapter(ctl, tmp_path)
+    checker = SimChecker(adapter)
+    fixed, other = (PortRef(fabric="lab", device="node0002/mlx5_1", port=1),
+                    PortRef(fabric="lab", device="node0003/mlx5_1", port=1))
+    s.run_steps(1)
+    for port in (fixed, other):
+        await adapter.isolate(port)
+    s.run_steps(1)
+    assert not (await checker.run("ib_write_bw-per-rail", fixed, 0)).passed
+    assert await adapter.repair_step(fixed, "swap-optic") is True
+    assert await adapter.repair_step(other, "clean-and-reseat") is False
+    # the report is from before the repair: the repair's result decides
+    assert ctl.is_healthy(fixed.device, fixed.port) is None
+    assert (await checker.run("ib_write_bw-per-rail", fixed, 0)).passed
+    assert not (await checker.run("ib_write_bw-per-rail", other, 0)).passed
+    s.run_steps(1)  # the simulator applies the repair and reports again
+    assert ctl.is_healthy(fixed.device, fixed.port) is True
+    assert (await checker.run("ib_write_bw-per-rail", fixed, 0)).passed
+    assert not (await checker.run("ib_write_bw-per-rail", other, 0)).passed

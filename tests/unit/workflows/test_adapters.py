@@ -195,6 +195,28 @@ async def test_sonic_interface_the_switch_lacks_is_a_rejection(tmp_path: Path) -
         await runner.cleanup()
 
 
+async def test_sonic_refuses_a_device_or_port_the_inventory_does_not_name(
+        tmp_path: Path) -> None:
+    sw = FakeSonic({"Ethernet68"})
+    runner, url = await serve(sw.app())
+    inv = write_inventory(tmp_path, {"devices": {"leaf-su01-r1": {"sonic": {
+        "url": url, "credentials": "sonic-admin", "interfaces": {17: "Ethernet68"}}}}})
+    ctl = SonicController(inv)
+    try:
+        for port in (PORT.model_copy(update={"device": "$(touch x)"}),
+                     PORT.model_copy(update={"device": "leaf-su01-r1\u202egnp.exe"}),
+                     PORT.model_copy(update={"port": 18})):
+            for call in (ctl.isolate, ctl.unisolate, ctl.is_isolated, ctl.reset_counters):
+                with pytest.raises(AdapterRejected):
+                    await call(port)
+            with pytest.raises(AdapterRejected):
+                await ctl.repair_step(port, "swap-optic")
+        assert sw.patches == [] and sw.enabled == {"Ethernet68": True}  # nothing changed
+    finally:
+        await ctl.aclose()
+        await runner.cleanup()
+
+
 # --- ticket webhook -------------------------------------------------------------------------
 
 async def test_webhook_tickets_carry_idempotency_keys() -> None:

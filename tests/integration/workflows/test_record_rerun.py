@@ -1,0 +1,103 @@
+"""A runbook record re-run after a crash is the same row, on the real chdb ledger and the
+real broker.
+
+The record is a local activity: when the worker dies after writing it but before the
+workflow task completes, the retried task runs it again with the same id (a sequence number
+in the run) and a later ``workflow.now()``. The ``actions`` table's sort key includes
+``ts``, so before ``Ledger.write`` kept one row per record id such a re-run was a second
+row under FINAL (and ``isolate`` twice in the port's history)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from temporalio.testing import ActivityEnvironment
+
+from collectors.publish import Publisher
+from ledger.embedded import EmbeddedLedger
+from ledger.ingest import LedgerIngest
+from workflows.adapters.k8s import NoFencer
+from workflows.adapters.records import KafkaSink, LedgerSink
+from workflows.adapters.ticket import LogTicketing
+from workflows.remediation.activities import FabricActivities
+from workflows.remediation.models import PortRef, RecordInput
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def ledger(tmp_path: Path) -> Iterator[EmbeddedLedger]:
+    led = EmbeddedLedger(tmp_path / "ledger")
+    try:
+        led.migrate()
+        yield led
+    finally:
+        led.close()
+
+
+def activities(records: object) -> FabricActivities:
+    return FabricActivities(records=records, controller=None, evidence=None,  # type: ignore[arg-type]
+                            checker=None, fencer=NoFencer(),  # type: ignore[arg-type]
+                            ticketing=LogTicketing())
+
+
+def record(fabric: str, seq: int, ts: int) -> RecordInput:
+    wf = f"remediate/{fabric}/leaf-su01-r1:3~node0002/mlx5_1:1"
+    return RecordInput(record_id=f"{wf}/run-1/{seq}", workflow_id=wf,
+                       port=PortRef(fabric=fabric, device="leaf-su01-r1", port=3), ts=ts,
+                       step="isolate", outcome="done", note="isolated")
+
+
+def rows(ledger: EmbeddedLedger, fabric: str) -> list[dict[str, object]]:
+    return ledger.query("SELECT id, step, toUnixTimestamp64Milli(ts) AS ms FROM actions FINAL "
+                        "WHERE fabric = {f:String} ORDER BY id", {"f": fabric})
+
+
+async def test_the_record_activity_run_twice_is_one_row(ledger: EmbeddedLedger) -> None:
+    fabric = f"rr{uuid.uuid4().hex[:6]}"
+    now = int(time.time() * 1000)
+    env = ActivityEnvironment()
+    acts = activities(LedgerSink(ledger))
+    first = record(fabric, 7, now)
+    await env.run(acts.record_action, first)
+    await env.run(acts.record_action, first)  # an activity retry: the same input
+    # the retried workflow task decides again, 7 s later: same id, a later ts
+    await env.run(acts.record_action, first.model_copy(update={"ts": now + 7_000}))
+    await env.run(acts.record_action, record(fabric, 8, now + 7_000))  # the next record
+    assert rows(ledger, fabric) == [
+        {"id": first.record_id, "step": "isolate", "ms": now},
+        {"id": record(fabric, 8, 0).record_id, "step": "isolate", "ms": now + 7_000}]
+
+
+async def test_a_rerun_through_the_broker_is_one_row(kafka_bootstrap: str,
+                                                     ledger: EmbeddedLedger) -> None:
+    """``--records kafka``: both runs reach ``fabric.actions``; the ledger's ingest stores
+    one (the two may even land in one ingest batch)."""
+    fabric = f"rk{uuid.uuid4().hex[:6]}"
+    now = int(time.time() * 1000)
+    env = ActivityEnvironment()
+    async with Publisher(kafka_bootstrap) as pub:
+        acts = activities(KafkaSink(pub))
+        first = record(fabric, 3, now)
+        await env.run(acts.record_action, first)
+        await env.run(acts.record_action, first.model_copy(update={"ts": now + 9_000}))
+        await env.run(acts.record_action, record(fabric, 4, now + 9_000))
+    ingest = LedgerIngest(ledger, kafka_bootstrap, group_id=f"g-{fabric}", poll_ms=200)
+    stop = asyncio.Event()
+    task = asyncio.create_task(ingest.run(stop))
+    try:
+        for _ in range(180):  # the ingest polls; up to 90 s
+            if len(rows(ledger, fabric)) >= 2:
+                break
+            await asyncio.sleep(0.5)
+        await asyncio.sleep(2.0)  # room for a second row, if it were stored
+    finally:
+        stop.set()
+        await task
+    assert [(r["id"], r["ms"]) for r in rows(ledger, fabric)] == [
+        (first.record_id, now), (record(fabric, 4, 0).record_id, now + 9_000)]

@@ -1,0 +1,143 @@
+"""The dispatcher's inventory gate: a detection for a port no topology snapshot of its fabric
+has cabled (or any port, before a snapshot of the fabric was seen) reaches no runbook; it is
+recorded and paged as ``unknown_device`` once per port. ``NoTemporal`` fails the test on any
+call to Temporal, so "starts nothing" is checked, not assumed."""
+
+from __future__ import annotations
+
+import unicodedata
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from schemas import Detection
+from schemas.events import Topology, TopologyLink
+from schemas.policy import Policy
+from workflows.adapters.records import MemorySink
+from workflows.adapters.ticket import LogTicketing
+from workflows.dispatch import NO_TOPOLOGY, NOT_CABLED, Dispatcher, shown
+from workflows.inventory import Inventory
+
+NOW = 1_795_971_600_000
+
+
+class NoTemporal:
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"the dispatcher called Temporal ({name}) for an unknown port")
+
+
+def topology(ts: int, ports: range) -> Topology:
+    return Topology(id=f"t{ts}", ts=ts, fabric="f", source="ibnetdiscover", links=[
+        TopologyLink(a_device="leaf-su01-r1", a_port=p, b_device=f"node{p:04d}/mlx5_1",
+                     b_port=1) for p in ports])
+
+
+def detection(device: str, port: int, n: int = 0) -> Detection:
+    return Detection(id=f"d{n}-{port}", ts=NOW + n, fabric="f", source="streams",
+                     device=device, port=port, detection="flap", severity="critical",
+                     action="isolate_port", episode=f"e{n}")
+
+
+def dispatcher(inv: Inventory) -> tuple[Dispatcher, LogTicketing, MemorySink]:
+    pages, sink = LogTicketing(), MemorySink()
+    disp = Dispatcher(NoTemporal(), Policy(), inv, task_queue="q",  # type: ignore[arg-type]
+                      ticketing=pages, records=sink)
+    return disp, pages, sink
+
+
+async def test_before_any_topology_nothing_starts_and_each_port_is_paged_once() -> None:
+    disp, pages, sink = dispatcher(Inventory())
+    for n in range(3):
+        assert not await disp.handle(detection("leaf-su01-r1", 3, n))
+    assert disp.stats.unknown == 3 and disp.stats.dispatched == 0
+    assert [op for op, _key, _summary in pages.calls] == ["page"]
+    assert NO_TOPOLOGY in pages.calls[0][2]
+    (rec,) = sink.records.values()
+    assert isinstance(rec, Detection) and rec.detection == "unknown_device"
+    assert rec.action == "page" and rec.evidence["reason"] == NO_TOPOLOGY
+
+
+async def test_a_port_the_topology_does_not_have_is_paged_once_per_port() -> None:
+    inv = Inventory()
+    inv.load(topology(NOW, range(1, 5)))
+    disp, pages, sink = dispatcher(inv)
+    names = [("$(touch x)", 1), ("; rm -rf /", 2), ("leaf-su01-r1\u202egnp.exe", 3),
+             ("--help", 4), ("leaf-su01-r1", 40)]
+    for n in range(2):
+        for device, port in names:
+            assert not await disp.handle(detection(device, port, n))
+    assert len(pages.calls) == len(names) == len(sink.records)
+    assert all(NOT_CABLED in summary and "\u202e" not in summary + key
+               for _op, key, summary in pages.calls)
+    assert any("leaf-su01-r1\\u202egnp.exe:3" in summary for _o, _k, summary in pages.calls)
+    # cabled ports pass the gate (the episode rule and Temporal come after it)
+    assert await disp.may_act(detection("leaf-su01-r1", 3))
+
+
+async def test_a_port_a_later_snapshot_misses_is_still_known() -> None:
+    """A flapping or isolated port drops out of discovery; its runbook must still act."""
+    inv = Inventory()
+    inv.load(topology(NOW, range(1, 5)))
+    inv.load(topology(NOW + 60_000, range(1, 3)))
+    assert inv.knows("f", "leaf-su01-r1", 4) and inv.has_port("leaf-su01-r1", 4)
+    assert inv.knows("f", "leaf-su01-r1", 9) is False
+    assert inv.knows("other", "leaf-su01-r1", 4) is None
+
+
+async def test_a_failed_page_is_tried_again_at_the_next_detection() -> None:
+    class Down(LogTicketing):
+        fail = True
+
+        async def page(self, key: str, summary: str, details: dict[str, Any]) -> str:
+            if self.fail:
+                raise RuntimeError("ticket system down")
+            return await super().page(key, summary, details)
+
+    pages = Down()
+    disp = Dispatcher(NoTemporal(), Policy(), Inventory(), task_queue="q",  # type: ignore[arg-type]
+                      ticketing=pages)
+    assert not await disp.handle(detection("x", 1))
+    pages.fail = False
+    assert not await disp.handle(detection("x", 1, 1))
+    assert not await disp.handle(detection("x", 1, 2))
+    assert len(pages.calls) == 1
+
+
+def test_shown_escapes_what_would_disguise_a_name() -> None:
+    assert shown("leaf\u202eexe") == "leaf\\u202eexe"
+    assert shown("a b") == "a b" and shown("$(touch x)") == "$(touch x)"
+
+
+@given(st.text(max_size=64))
+def test_shown_leaves_no_invisible_or_control_character(name: str) -> None:
+    out = shown(name)
+    assert all(unicodedata.category(c)[0] not in "CZ" or c == " " for c in out)
+    assert out == name or "\\u" in out
+
+
+@pytest.mark.parametrize("device", ["leaf-su01-r1", "\u202e"])
+def test_unknown_device_is_a_contract_kind(device: str) -> None:
+    wire = {**detection(device, 1).model_dump(mode="json"), "detection": "unknown_device"}
+    assert Detection.model_validate(wire).detection == "unknown_device"
+
+
+async def test_the_longest_names_are_still_recorded() -> None:
+    disp, pages, sink = dispatcher(Inventory())
+    det = detection("d" * 256, 1).model_copy(update={"fabric": "f" * 256})
+    assert not await disp.handle(det)
+    (rec,) = sink.records.values()
+    assert len(pages.calls) == 1 and isinstance(rec, Detection) and rec.device == "d" * 256
+
+
+async def test_a_flood_of_invented_names_is_one_page_past_the_limit(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import workflows.dispatch as dispatch
+
+    monkeypatch.setattr(dispatch, "MAX_REPORTED", 3)
+    disp, pages, sink = dispatcher(Inventory())
+    for n in range(10):
+        assert not await disp.handle(detection(f"ghost{n}", 1, n))
+    assert [key for _op, key, _s in pages.calls][-1] == "unknown_device/flood"
+    assert len(pages.calls) == 4 and len(sink.records) == 3 and disp.stats.unknown == 10
