@@ -63,9 +63,10 @@ async def worker_main(target: str, state: Path, name: str) -> None:
 
     from sim.controller import SimController
     from workflows.adapters.k8s import NoFencer
+    from workflows.adapters.notify import FileNotifier
     from workflows.adapters.records import MemorySink
     from workflows.adapters.sim import SimChecker, SimControllerAdapter, SimEvidence
-    from workflows.adapters.ticket import LogTicketing
+    from workflows.adapters.ticket import NotifierTicketing
     from workflows.budget.activities import BudgetActivities
     from workflows.remediation.activities import FabricActivities
     from workflows.remediation.models import PortRef
@@ -87,7 +88,8 @@ async def worker_main(target: str, state: Path, name: str) -> None:
     controller = HangingController(SimController(state / "sim"), state / "sim")
     acts = FabricActivities(records=MemorySink(), controller=controller,
                             evidence=SimEvidence(controller), checker=SimChecker(controller),
-                            fencer=NoFencer(), ticketing=LogTicketing())
+                            fencer=NoFencer(),
+                            ticketing=NotifierTicketing(FileNotifier(state / "alerts.jsonl")))
     worker = build_worker(client, QUEUE, activity_functions(acts, BudgetActivities(client, QUEUE)),
                           identity=name)
     async with worker:

@@ -11,6 +11,7 @@ perftest or NCCL, so the lab's policy waives those two checks, and the waiver is
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -29,7 +30,6 @@ from schemas.policy import Policy
 from workflows.adapters.k8s import NoFencer
 from workflows.adapters.opensm import OpensmChecker, OpensmController, OpensmEvidence
 from workflows.adapters.records import MemorySink
-from workflows.adapters.ticket import LogTicketing
 from workflows.adapters.tools import CommandChecker
 from workflows.budget.activities import BudgetActivities
 from workflows.dispatch import Dispatcher, runbook_id
@@ -38,6 +38,9 @@ from workflows.remediation.activities import FabricActivities
 from workflows.remediation.models import ActivityTimeouts, StepDone
 from workflows.remediation.workflows import PortRemediation
 from workflows.worker import activity_functions, build_worker
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/: the fakes package
+from fakes.ticketing import RecordingTicketing  # noqa: E402
 
 pytestmark = [pytest.mark.lab, pytest.mark.integration]
 
@@ -87,7 +90,7 @@ async def test_probation_reenables_the_port_and_the_lab_shows_it_active(
     acts = FabricActivities(records=records, controller=controller,
                             evidence=OpensmEvidence(runner),
                             checker=OpensmChecker(controller, CommandChecker({})),
-                            fencer=NoFencer(), ticketing=LogTicketing())
+                            fencer=NoFencer(), ticketing=RecordingTicketing())
     det = Detection(id=f"{fabric}-flap", ts=int(time.time() * 1000), fabric=fabric,
                     source="streams", device=device, port=port, detection="flap",
                     severity="critical", action="isolate_port", episode=f"{fabric}-ep")

@@ -10,6 +10,7 @@ row under FINAL (and ``isolate`` twice in the port's history)."""
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -23,9 +24,11 @@ from ledger.embedded import EmbeddedLedger
 from ledger.ingest import LedgerIngest
 from workflows.adapters.k8s import NoFencer
 from workflows.adapters.records import KafkaSink, LedgerSink
-from workflows.adapters.ticket import LogTicketing
 from workflows.remediation.activities import FabricActivities
 from workflows.remediation.models import PortRef, RecordInput
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/: the fakes package
+from fakes.ticketing import RecordingTicketing  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -43,7 +46,7 @@ def ledger(tmp_path: Path) -> Iterator[EmbeddedLedger]:
 def activities(records: object) -> FabricActivities:
     return FabricActivities(records=records, controller=None, evidence=None,  # type: ignore[arg-type]
                             checker=None, fencer=NoFencer(),  # type: ignore[arg-type]
-                            ticketing=LogTicketing())
+                            ticketing=RecordingTicketing())
 
 
 def record(fabric: str, seq: int, ts: int) -> RecordInput:

@@ -5,7 +5,9 @@ call to Temporal, so "starts nothing" is checked, not assumed."""
 
 from __future__ import annotations
 
+import sys
 import unicodedata
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,9 +18,11 @@ from schemas import Detection
 from schemas.events import Topology, TopologyLink
 from schemas.policy import Policy
 from workflows.adapters.records import MemorySink
-from workflows.adapters.ticket import LogTicketing
 from workflows.dispatch import NO_TOPOLOGY, NOT_CABLED, Dispatcher, shown
 from workflows.inventory import Inventory
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/: the fakes package
+from fakes.ticketing import RecordingTicketing  # noqa: E402
 
 NOW = 1_795_971_600_000
 
@@ -40,8 +44,8 @@ def detection(device: str, port: int, n: int = 0) -> Detection:
                      action="isolate_port", episode=f"e{n}")
 
 
-def dispatcher(inv: Inventory) -> tuple[Dispatcher, LogTicketing, MemorySink]:
-    pages, sink = LogTicketing(), MemorySink()
+def dispatcher(inv: Inventory) -> tuple[Dispatcher, RecordingTicketing, MemorySink]:
+    pages, sink = RecordingTicketing(), MemorySink()
     disp = Dispatcher(NoTemporal(), Policy(), inv, task_queue="q",  # type: ignore[arg-type]
                       ticketing=pages, records=sink)
     return disp, pages, sink
@@ -87,7 +91,7 @@ async def test_a_port_a_later_snapshot_misses_is_still_known() -> None:
 
 
 async def test_a_failed_page_is_tried_again_at_the_next_detection() -> None:
-    class Down(LogTicketing):
+    class Down(RecordingTicketing):
         fail = True
 
         async def page(self, key: str, summary: str, details: dict[str, Any]) -> str:
