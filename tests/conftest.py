@@ -22,9 +22,15 @@ from typing import Any
 
 import pytest
 
-from fabricwatch.settings import KafkaSettings, Settings, TemporalSettings
-from fabricwatch.stack import LocalStack, StackError
-from fabricwatch.stack_config import free_ports
+# The repository's packages come first on the path: tests put their helper folders on it
+# (tests/integration, for stream_helpers), and a folder there named like a package
+# (tests/integration/ledger) would otherwise be imported as a namespace package in its place
+# (the editable install's finder comes after the path's).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from fabricwatch.settings import KafkaSettings, Settings, TemporalSettings  # noqa: E402
+from fabricwatch.stack import LocalStack, StackError  # noqa: E402
+from fabricwatch.stack_config import free_ports  # noqa: E402
 
 _REPO = Path(__file__).resolve().parents[1]
 _BESIDE = str(_REPO.parent / "shared")  # repo-guard: the path this hook refuses
