@@ -317,9 +317,10 @@ async def run_dispatcher(dispatcher: Dispatcher, bootstrap: str, *,
             log.warning("topology not read within %.0f s; placing ports by name", topology_wait_s)
         while not stop.is_set():
             batches = await consumer.getmany(timeout_ms=500, max_records=500)
-            for _tp, messages in batches.items():
+            for tp, messages in batches.items():
                 for msg in messages:
-                    await _until_accepted(dispatcher, msg.value, msg.timestamp, stop)
+                    if not lookback.before_start(tp, msg.timestamp):
+                        await _until_accepted(dispatcher, msg.value, msg.timestamp, stop)
             if (batches or lookback.placed) and not stop.is_set():
                 # after Temporal accepted every start/signal of the batch: at-least-once.
                 # Also right after a new group was placed, so a partition that stays quiet
@@ -339,6 +340,14 @@ class _LookbackForNewGroup(ConsumerRebalanceListener):  # type: ignore[misc]
         self.consumer = consumer
         self.lookback_ms = lookback_ms
         self.placed = False
+        self._since: dict[Any, int] = {}  # fresh partition -> the record time it starts at
+
+    def before_start(self, tp: Any, received_ms: int | None) -> bool:
+        """A record of a fresh partition older than where it was placed: skipped. The fetcher
+        may already hold records from the reset position (earliest) while the seek happens;
+        this keeps the look-back exact whatever it fetched first."""
+        since = self._since.get(tp)
+        return since is not None and received_ms is not None and received_ms < since
 
     async def on_partitions_revoked(self, revoked: Any) -> None:
         pass
@@ -348,6 +357,7 @@ class _LookbackForNewGroup(ConsumerRebalanceListener):  # type: ignore[misc]
         if not fresh:
             return
         since = int(time.time() * 1000) - self.lookback_ms
+        self._since.update(dict.fromkeys(fresh, since))
         found = await self.consumer.offsets_for_times({tp: since for tp in fresh})
         for tp in fresh:
             at = found.get(tp)

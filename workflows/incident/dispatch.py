@@ -125,9 +125,10 @@ async def run_incident_consumer(dispatcher: IncidentDispatcher, bootstrap: str, 
     try:
         while not stop.is_set():
             batches = await consumer.getmany(timeout_ms=500, max_records=200)
-            for _tp, messages in batches.items():
+            for tp, messages in batches.items():
                 for msg in messages:
-                    await _until_accepted(dispatcher, msg.value, msg.timestamp, stop)
+                    if not lookback.before_start(tp, msg.timestamp):
+                        await _until_accepted(dispatcher, msg.value, msg.timestamp, stop)
             if (batches or lookback.placed) and not stop.is_set():
                 await consumer.commit()
                 lookback.placed = False

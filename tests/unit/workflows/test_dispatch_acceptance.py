@@ -41,3 +41,14 @@ async def test_a_detection_stamped_a_day_ahead_of_its_arrival_starts_nothing() -
     disp = _dispatcher()
     assert not await disp.handle_raw(_detection(NOW + 23 * 3600_000), DETECTIONS, NOW)
     assert disp.stats.invalid == 1 and disp.stats.dispatched == 0
+
+
+def test_a_fresh_partition_skips_records_from_before_its_look_back() -> None:
+    from workflows.dispatch import _LookbackForNewGroup
+
+    lookback = _LookbackForNewGroup(consumer=None, lookback_ms=4000)
+    lookback._since["detections-0"] = 10_000  # placed at record time 10 s
+    assert lookback.before_start("detections-0", 9_999)
+    assert not lookback.before_start("detections-0", 10_000)
+    assert not lookback.before_start("detections-0", None)  # no broker time: not judged here
+    assert not lookback.before_start("detections-1", 1)  # a partition that resumed its offsets
