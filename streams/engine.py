@@ -205,7 +205,7 @@ class Engine:
         return flap_step(value or FlapState(), event, self.policy)
 
     def apply_correlate(self, value: dict[str, Any] | None, index: dict[str, Any] | None,
-                        event: incidents.CorrelatorInput
+                        event: incidents.CorrelatorInput, wall: int | None = None
                         ) -> tuple[dict[str, Any], incidents.Outputs, bool]:
         """The correlator's keyed step, at most once per message id (a redelivery repeats
         its outputs, as ``once`` does for the other detectors)."""
@@ -214,7 +214,7 @@ class Engine:
             if rid == event.id:
                 return box, incidents.outputs_from_wire(outs), True
         box["s"], outs = incidents.step(box["s"], index, event, self.policy,
-                                        su_of=self.context.su_of)
+                                        su_of=self.context.su_of, wall=wall)
         if not isinstance(event, incidents.Tick):  # ticks are never redelivered as such
             box["r"].append([event.id, incidents.outputs_to_wire(outs)])
             del box["r"][:-RECENT]

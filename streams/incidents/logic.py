@@ -57,14 +57,22 @@ WINDOW_KEEP_MS = 86_400_000  # an ended window is forgotten a day after its end
 
 @dataclass(frozen=True, slots=True)
 class Tick:
-    """Time passes for ``fabric`` (the worker's clock, every second): incidents may close."""
+    """Time passes for ``fabric``: incidents may close.
+
+    ``replay`` ticks with each event's own time. The worker ticks every second with its
+    wall clock (``wall=True``): the fabric's clock is then its newest event time plus the
+    wall time since that event was applied, so a backlog of old events read in one burst
+    does not look settled before it has been read.
+    """
 
     id: str
     fabric: str
     ts: int
+    wall: bool = False
 
     def to_wire(self) -> dict[str, Any]:
-        return {"kind": "tick", "id": self.id, "fabric": self.fabric, "ts": self.ts}
+        return {"kind": "tick", "id": self.id, "fabric": self.fabric, "ts": self.ts,
+                "wall": self.wall}
 
 
 CorrelatorInput = PortEvent | Detection | ActionRecord | Maintenance | Tick
@@ -138,9 +146,11 @@ def _roots(ends: list[str]) -> list[tuple[str, str]]:
 
 
 def step(state: dict[str, Any] | None, index: dict[str, Any] | None, event: CorrelatorInput,
-         policy: Policy, *, su_of: Callable[[str], str | None]
+         policy: Policy, *, su_of: Callable[[str], str | None], wall: int | None = None
          ) -> tuple[dict[str, Any], Outputs]:
-    """Apply one event of one fabric; returns the (mutated) state and what to publish."""
+    """Apply one event of one fabric; returns the (mutated) state and what to publish.
+
+    ``wall``: the worker's clock when it applies the event (see ``Tick``)."""
     st = state if state is not None else new_state()
     idx = index if index is not None else EMPTY_INDEX
     out = Outputs([], [], [])
@@ -153,6 +163,15 @@ def step(state: dict[str, Any] | None, index: dict[str, Any] | None, event: Corr
         _action(st, idx, event, round(cfg.self_grace * 1000), out)
     elif isinstance(event, Detection):
         out.detections.append(annotate(st, idx, event, su_of))
+    if isinstance(event, Tick) and event.wall:
+        if "wall" in st:
+            now = st["clock"] + max(0, event.ts - st["wall"])
+            _advance(st, now, event.fabric, policy, out)
+        return st, out
+    if event.ts > st.get("clock", 0):
+        st["clock"] = event.ts
+        if wall is not None:
+            st["wall"] = wall
     _advance(st, event.ts, event.fabric, policy, out)
     return st, out
 
@@ -161,13 +180,21 @@ def step(state: dict[str, Any] | None, index: dict[str, Any] | None, event: Corr
 
 
 def _window(st: dict[str, Any], msg: Maintenance) -> None:
-    held = st["windows"].get(msg.window)
+    fold_window(st["windows"], msg)
+
+
+def fold_window(windows: dict[str, dict[str, Any]], msg: Maintenance) -> None:
+    """Fold one message of ``fabric.maintenance`` into ``windows`` (window id -> its state
+    now, the latest message by ``ts``; an ended window ends when its end message says)."""
+    held = windows.get(msg.window)
     if held is not None and held["ts"] > msg.ts:
         return  # an older message of the window: the latest says its state
     end = msg.end if msg.state == "active" else min(msg.end, max(msg.ts, msg.start))
-    st["windows"][msg.window] = {"scope": msg.scope, "target": msg.target, "start": msg.start,
-                                 "end": end, "state": msg.state, "ts": msg.ts,
-                                 "exclusion": msg.exclusion}
+    windows[msg.window] = {"scope": msg.scope, "target": msg.target, "start": msg.start,
+                           "end": end, "state": msg.state, "ts": msg.ts,
+                           "exclusion": msg.exclusion, "reason": msg.reason,
+                           "actor": msg.actor, "fabric": msg.fabric,
+                           "planned_end": msg.end}
 
 
 def window_covers(w: dict[str, Any], fabric: str, device: str, port: int | None, ts: int,

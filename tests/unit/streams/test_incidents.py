@@ -300,3 +300,23 @@ def test_excused_downs_never_count(downs: list[int], start: int, length: int) ->
     # 30 min window, more than 2 downs: with at most 10 min of downs, the third outside fires
     assert bool(fired) == (len(outside) > 2)
     assert FlapState.from_json(state.to_json()) == state
+
+
+def test_the_worker_clock_is_event_time_plus_the_wall_time_since() -> None:
+    """A backlog read in one burst is not settled until settle has passed on the wall."""
+    from streams.incidents import logic
+
+    policy = Policy()
+    index = logic.index_topology(topology())
+    state = None
+    wall = 5_000_000_000_000  # the worker's clock: far ahead of these old events
+    for ev in spine_reboot(0):
+        state, _ = logic.step(state, index, ev, policy, su_of=lambda d: None, wall=wall)
+    assert state is not None and len(state["open"]) == 1
+    _, out = logic.step(state, index, logic.Tick("t1", FABRIC, wall + 60 * S, wall=True),
+                        policy, su_of=lambda d: None)
+    assert not out.incidents  # 60 s on the wall after the last up: not settled yet
+    _, out = logic.step(state, index, logic.Tick("t2", FABRIC, wall + 121 * S, wall=True),
+                        policy, su_of=lambda d: None)
+    assert [i.state for i in out.incidents] == ["closed"]
+    assert out.incidents[0].ended == BASE + 135 * S
