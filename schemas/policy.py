@@ -247,7 +247,10 @@ class Incidents(_Section):
     ``spread`` of each other, whatever the peers report. A node reboot: ``node_share`` of a
     host's rails (at least ``node_min_rails``) down within ``spread``. An incident closes
     once every member link is back and has stayed up for ``settle``, or ``max_open`` after
-    its last change whatever is still down (those links are then judged on their own). A
+    its last change whatever is still down (those links are then judged on their own). An
+    SM event: downs the subnet manager itself reported (source opensm or UFM) on at least
+    ``sm_min_links`` links of at least ``sm_min_devices`` devices within ``spread``, no one
+    device on more than half of them (a heavy sweep or a failover, not one switch). A
     down fabricwatch or a technician caused (an isolation, a ladder rung) is excused from
     ``self_grace`` before its action record to ``self_grace`` after its end.
     """
@@ -260,6 +263,8 @@ class Incidents(_Section):
     settle: Seconds = 120.0
     max_open: Seconds = 3600.0
     self_grace: Seconds = 10.0
+    sm_min_links: Annotated[int, Field(ge=2)] = 16
+    sm_min_devices: Annotated[int, Field(ge=2)] = 8
 
 
 class IsolateEnd(_Section):

@@ -207,12 +207,15 @@ class Engine:
     def apply_correlate(self, value: dict[str, Any] | None, index: dict[str, Any] | None,
                         event: incidents.CorrelatorInput, wall: int | None = None
                         ) -> tuple[dict[str, Any], incidents.Outputs, bool]:
-        """The correlator's keyed step, at most once per message id (a redelivery repeats
-        its outputs, as ``once`` does for the other detectors)."""
+        """The correlator's keyed step, at most once per message id: a redelivery repeats
+        its outputs (as ``once`` does for the other detectors), a detection with the very
+        annotation it got the first time. What is kept per message is small (the
+        annotation, not the detection: the redelivered message is the detection), since
+        the whole value is written to the changelog at every message."""
         box = value if value is not None else {"s": None, "r": []}
-        for rid, outs in box["r"]:
+        for rid, kept in box["r"]:
             if rid == event.id:
-                return box, incidents.outputs_from_wire(outs), True
+                return box, incidents.outputs_from_wire(kept, event), True
         box["s"], outs = incidents.step(box["s"], index, event, self.policy,
                                         su_of=self.context.su_of, wall=wall)
         if not isinstance(event, incidents.Tick):  # ticks are never redelivered as such

@@ -45,6 +45,14 @@ log = logging.getLogger(__name__)
 def register(sa: StreamsApp) -> None:
     table = sa.correlate_table
     cabling: dict[str, Any] = {}  # fabric -> index, the table's copy in memory
+    boxes: dict[str, Any] = {}  # fabric -> correlator state, likewise (written at each change)
+
+    def forget(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
+        # another worker may own the partition now: the table is the truth when it returns
+        boxes.clear()
+        cabling.clear()
+
+    sa.app.on_partitions_revoked.connect(forget)
     channel = sa.app.topic(sa.correlate.get_topic_name(), registry.TOPOLOGY.name,
                            registry.MAINTENANCE.name, key_type=bytes, value_type=bytes,
                            key_serializer="raw", value_serializer="raw")
@@ -93,11 +101,15 @@ def register(sa: StreamsApp) -> None:
                 if item is None:
                     continue
                 key = item.fabric.encode()
-                stored = table.get(key)
-                box, outs, _ = sa.engine.apply_correlate(
-                    orjson.loads(stored) if stored else None, index_of(item.fabric), item,
+                if item.fabric not in boxes:
+                    stored = table.get(key)
+                    boxes[item.fabric] = orjson.loads(stored) if stored else None
+                box, outs, again = sa.engine.apply_correlate(
+                    boxes[item.fabric], index_of(item.fabric), item,
                     wall=int(time.time() * 1000))
-                table[key] = orjson.dumps(box)
+                boxes[item.fabric] = box
+                if not again:
+                    table[key] = orjson.dumps(box)
                 for inc in outs.incidents:
                     log.info("incident %s %s: %s (%d members)", inc.incident, inc.state,
                              inc.reason, len(inc.members))

@@ -16,8 +16,13 @@ Causes recognised (``schemas.policy.Incidents`` holds every threshold):
   within ``spread``. Root: the host (``node0042`` of ``node0042/mlx5_3``).
 * ``maintenance``: either of the above while a maintenance window covers the root (the
   incident then names the window; ``evidence.looks_like`` says what it looked like).
-* ``sm_event`` is not recognised here yet: the stream carries no master-SM change or sweep
-  record (opensm's port events are correlated like any other reporter's).
+* ``sm_event``: what the stream carries of the subnet manager is its port events (source
+  ``opensm`` or ``ufm``: the log follower, UFM's events). Downs it reported on at least
+  ``sm_min_links`` links of at least ``sm_min_devices`` devices within ``spread``, with no
+  one device on more than half of them, are one SM event (a heavy sweep that drops ports
+  across the fabric, a failover). Root: the reporting SM (``opensm`` / ``ufm``). A master-SM
+  change or an SM-reported subnet error that comes without port downs is not seen: the
+  contract has no event for it (``sminfo`` output is not collected).
 
 An incident is published when it opens, when its members change and when it closes; its
 members are the port keys of both ends of every link of the root that went down while it
@@ -50,6 +55,8 @@ from schemas.policy import Policy
 from streams.common import SOURCE
 from streams.flap.logic import DISABLED, Excuse
 
+# Sources that are the subnet manager's own view of the fabric.
+SM_SOURCES = frozenset({"opensm", "ufm"})
 # Closed incidents kept to annotate late detections (ts inside them).
 KEEP_CLOSED = 16
 WINDOW_KEEP_MS = 86_400_000  # an ended window is forgotten a day after its end
@@ -113,8 +120,8 @@ EMPTY_INDEX: dict[str, Any] = {"peer": {}, "switch_ports": {}, "host_links": {}}
 
 
 def new_state() -> dict[str, Any]:
-    return {"now": 0, "recent": {}, "open": {}, "closed": {}, "windows": {},
-            "isolations": {}, "wf_last": {}}
+    return {"now": 0, "recent": {}, "sm_recent": {}, "open": {}, "closed": {},
+            "windows": {}, "isolations": {}, "wf_last": {}}
 
 
 def _device_of(key: str) -> str:
@@ -254,10 +261,44 @@ def _port_event(st: dict[str, Any], idx: dict[str, Any], ev: PortEvent, policy: 
         if _enough(kind, root, len(recent), idx, policy):
             _open(st, idx, kind, root, recent, ev, su_of, out)
             del st["recent"][f"{kind}:{root}"]
+    if ev.source in SM_SOURCES:
+        _sm_down(st, idx, link, ends, ev, policy, su_of, out)
     # what can no longer join anything within the spread
     for rkey in [k for k, v in st["recent"].items()
                  if all(ts < ev.ts - spread for ts, _ in v.values())]:
         del st["recent"][rkey]
+
+
+def _sm_down(st: dict[str, Any], idx: dict[str, Any], link: str, ends: list[str],
+             ev: PortEvent, policy: Policy, su_of: Callable[[str], str | None],
+             out: Outputs) -> None:
+    """A down the SM reported: one more link of an open SM event, or maybe the start of one."""
+    cfg = policy.fabric_health.incidents
+    held = next((inc for inc in st["open"].values()
+                 if inc["cause"] == IncidentCause.SM_EVENT.value and inc["root"] == ev.source),
+                None)
+    if any(link in inc["links"] for inc in st["open"].values() if inc is not held):
+        return  # explained by a switch or node incident already
+    if held is not None:
+        if link not in held["links"]:
+            held["links"][link] = [True, ev.ts]
+            _grow(st, held, ends, ev, out)
+        return
+    recent = st.setdefault("sm_recent", {})
+    recent[link] = [ev.ts, ends]
+    spread = round(cfg.spread * 1000)
+    for lid in [lid for lid, (ts, _) in recent.items() if ts < ev.ts - spread]:
+        del recent[lid]
+    if len(recent) < cfg.sm_min_links:
+        return
+    devices: dict[str, int] = {}
+    for _, keys in recent.values():
+        for device in {_device_of(k) for k in keys}:
+            devices[device] = devices.get(device, 0) + 1
+    if len(devices) < cfg.sm_min_devices or max(devices.values()) * 2 > len(recent):
+        return  # few devices, or one device holds most of it: a switch's own incident
+    _open(st, idx, "sm", ev.source, recent, ev, su_of, out)
+    st["sm_recent"] = {}
 
 
 def _enough(kind: str, root: str, downs: int, idx: dict[str, Any], policy: Policy) -> bool:
@@ -274,10 +315,14 @@ def _open(st: dict[str, Any], idx: dict[str, Any], kind: str, root: str,
           recent: dict[str, Any], ev: PortEvent, su_of: Callable[[str], str | None],
           out: Outputs) -> None:
     started = min(ts for ts, _ in recent.values())
-    cause = IncidentCause.SWITCH_REBOOT if kind == "switch" else IncidentCause.NODE_REBOOT
-    evidence: dict[str, Any] = {"links_down": len(recent), "spread_ms": ev.ts - started,
-                                "connected": (idx["switch_ports"] if kind == "switch"
-                                              else idx["host_links"]).get(root, 0)}
+    cause = {"switch": IncidentCause.SWITCH_REBOOT, "host": IncidentCause.NODE_REBOOT,
+             "sm": IncidentCause.SM_EVENT}[kind]
+    evidence: dict[str, Any] = {"links_down": len(recent), "spread_ms": ev.ts - started}
+    if kind == "sm":
+        evidence["devices"] = len({_device_of(k) for _, keys in recent.values() for k in keys})
+    else:
+        evidence["connected"] = (idx["switch_ports"] if kind == "switch"
+                                 else idx["host_links"]).get(root, 0)
     window = window_of(st, idx, ev.fabric, root, None, started, su_of)
     if window is not None:
         evidence.update(looks_like=cause.value, window=window)
@@ -324,6 +369,9 @@ def _message(inc: dict[str, Any], state: str, ts: int) -> Incident:
 
 def _reason(inc: dict[str, Any]) -> str:
     ev = inc["evidence"]
+    if inc["cause"] == IncidentCause.SM_EVENT.value:
+        return (f"SM event: {inc['root']} reported {ev['links_down']} links of "
+                f"{ev['devices']} devices down within {ev['spread_ms'] / 1000:.1f} s")
     what = {"switch_reboot": "switch reboot or power loss", "node_reboot": "node reboot"}.get(
         ev.get("looks_like", inc["cause"]), inc["cause"])
     text = (f"{what}: {ev['links_down']} of {ev['connected']} links of {inc['root']} down "
@@ -429,12 +477,19 @@ def _self(eid: str, rec: ActionRecord, ends: list[str], start: int,
                    ts=rec.ts) for d, p in map(_split, ends)]
 
 
-def outputs_to_wire(out: Outputs) -> list[list[dict[str, Any]]]:
+def outputs_to_wire(out: Outputs) -> list[Any]:
+    """What a redelivery needs to repeat ``out``: incidents and excuses whole, and only the
+    annotation of the detection (a detection's one output is itself, annotated)."""
     return [[i.to_wire() for i in out.incidents], [e.to_wire() for e in out.excuses],
-            [d.to_wire() for d in out.detections]]
+            [[d.incident, d.maintenance] for d in out.detections]]
 
 
-def outputs_from_wire(obj: list[list[dict[str, Any]]]) -> Outputs:
+def outputs_from_wire(obj: list[Any], event: CorrelatorInput) -> Outputs:
+    dets: list[Detection] = []
+    if isinstance(event, Detection):
+        for incident, maintenance in obj[2]:
+            update = {k: v for k, v in (("incident", incident), ("maintenance", maintenance))
+                      if v is not None}
+            dets.append(event.model_copy(update=update) if update else event)
     return Outputs([Incident.model_validate(i) for i in obj[0]],
-                   [Excuse.from_wire(e) for e in obj[1]],
-                   [Detection.model_validate(d) for d in obj[2]])
+                   [Excuse.from_wire(e) for e in obj[1]], dets)

@@ -320,3 +320,31 @@ def test_the_worker_clock_is_event_time_plus_the_wall_time_since() -> None:
                         policy, su_of=lambda d: None)
     assert [i.state for i in out.incidents] == ["closed"]
     assert out.incidents[0].ended == BASE + 135 * S
+
+
+def test_an_sm_storm_across_the_fabric_is_one_sm_event() -> None:
+    # twenty leaves with eight hosts each; one cable of each drops in the same sweep
+    links = [TopologyLink(a_device=f"leaf-su02-r{leaf}", a_port=h + 1,
+                          b_device=f"n{leaf:02d}{h}/mlx5_{r}", b_port=1)
+             for leaf in range(20) for h in range(8) for r in range(2)
+             if r == 0 or h == 0]
+    topo = Topology(id="sm-topo", ts=BASE, fabric=FABRIC, source="ibnetdiscover", links=links)
+
+    def sweep(source: str) -> list[PortEvent]:
+        return [PortEvent(id=f"sm/{source}/{leaf}", ts=BASE + 10 * S + leaf * 50,
+                          fabric=FABRIC, source=source, device=f"leaf-su02-r{leaf}",
+                          port=3, state="down", reason="ACTIVE -> DOWN")
+                for leaf in range(20)]
+
+    _, incs, _ = run([topo, *sweep("opensm")])
+    assert len({i.incident for i in incs}) == 1
+    inc = incs[-1]
+    assert (inc.cause.value, inc.root) == ("sm_event", "opensm")
+    assert len(inc.members) == 40  # opened at the 16th link (its reason says so), then grew
+    assert "16 links of 32 devices" in (incs[0].reason or "")
+    # the same downs from the hosts' own agents are not the SM's word: no SM event
+    _, incs, _ = run([topo, *sweep("sysfs")])
+    assert not incs
+    # and a switch's own downs reported by the SM are that switch's reboot, not an SM event
+    _, incs, _ = run([topology(), *spine_reboot(0)])
+    assert {i.cause.value for i in incs} == {"switch_reboot"}

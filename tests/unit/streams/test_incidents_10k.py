@@ -3,10 +3,10 @@
 The real simulator on the ``10k-gpu`` preset (1,248 nodes, 59,904 ports) with the demo's
 reboot of ``spine-su04-s1`` (every link down at once, reported by its peers; back after
 40 s; two more bounces 15 s apart) and a flapping link elsewhere. Its topology snapshot and
-port events go through replay (the counters and probes are left out, but for one quiet device's, the clock: they take minutes to
-replay and the incident is decided on the traps). The reboot must be one incident naming the
-spine with every one of its cables, no flap of its ports may fire, and the real flap must
-still isolate.
+port events go through replay; of the counters only one quiet device's, as the clock (all of
+them take minutes to replay, and the incident is decided on the traps). The reboot must be
+one incident naming the spine with every one of its cables, no flap of its ports may fire,
+and the real flap must still isolate.
 """
 
 from __future__ import annotations
