@@ -54,6 +54,21 @@ def worker(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Worker]:
     w.stop()
 
 
+async def record_times(bootstrap: str, topic: str, prefix: bytes) -> list[tuple[int, int]]:
+    """(timestamp type, timestamp) of the topic's records that contain ``prefix``."""
+    from aiokafka import AIOKafkaConsumer
+
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=None,
+                                auto_offset_reset="earliest")
+    await consumer.start()
+    try:
+        batch = await consumer.getmany(timeout_ms=5000)
+        return [(r.timestamp_type, r.timestamp) for records in batch.values()
+                for r in records if r.value and prefix in r.value]
+    finally:
+        await consumer.stop()
+
+
 def history(fabric: str, base: int) -> list[Event]:
     links = [TopologyLink(a_device=f"leaf-su01-r{i}", a_port=33, b_device="spine-1",
                           b_port=i, width="4X", speed="NDR") for i in range(1, 9)]
@@ -137,6 +152,11 @@ async def test_switch_reboot_is_one_incident_and_starts_no_runbook(
     assert isinstance(last, Incident)
     assert (last.cause.value, last.root) == ("switch_reboot", "spine-1")
     assert len(last.members) == 16 and last.ended == base + 145 * S
+
+    # the topic stamps records with the broker's receive time, as every contract topic
+    stamps = await record_times(worker.bootstrap, "fabric.incidents", prefix)
+    assert stamps and all(kind == 1 and abs(t - time.time() * 1000) < 300_000
+                          for kind, t in stamps), stamps  # 1: LogAppendTime
 
     raw_dets = await collect(worker.bootstrap, "fabric.detections", 3, prefix)
     got = {d.id: d for d in map(decode, raw_dets) if isinstance(d, Detection)}
