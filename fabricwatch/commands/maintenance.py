@@ -8,8 +8,9 @@ exclusion-list entry (a port or device left alone); its TTL is the window's end.
 * ``add --device D | --su S | --fabric F --for 2h --reason TEXT [--exclusion]``: the fabric
   of the event is ``--fabric`` or else the settings' (``FABRICWATCH_FABRIC``); the scope is
   the device (or ``device:port``), the SU, or, with ``--fabric`` alone, the whole fabric.
-* ``list [--all] [--format json]``: the windows in force now (``--all``: every window the
-  topic holds), folded from the topic read from its start.
+* ``list [--all] [--format json] [--ledger]``: the windows in force now (``--all``: every
+  window the topic holds), folded from the topic read from its start; ``--ledger`` reads
+  the ledger's ``maintenance_windows`` instead (what the ledger has ingested of the topic).
 * ``end ID``: ends a window now (a message with ``state: ended``).
 
 Exit code 2 on a bad argument or an unknown window, 1 when the broker cannot be reached.
@@ -127,6 +128,34 @@ def _windows(settings: Settings) -> dict[str, dict[str, Any]]:
     return windows
 
 
+LEDGER_SQL = (
+    "SELECT id, toUnixTimestamp64Milli(ts) AS ts, fabric, source, window, scope, target, "
+    "toUnixTimestamp64Milli(start) AS start, toUnixTimestamp64Milli(`end`) AS end_ms, state, "
+    "reason, actor, exclusion FROM maintenance_windows FINAL")
+
+
+def _ledger_windows(settings: Settings) -> dict[str, dict[str, Any]]:
+    """The same fold over the ledger's copy of the topic (``maintenance_windows``)."""
+    from fabricwatch.commands.ledger import _connect
+    from ledger.base import LedgerError
+
+    try:
+        ledger, _where = _connect(settings)
+    except LedgerError as exc:
+        _fail(f"cannot open the ledger: {exc}", EXIT_UNREACHABLE)
+    try:
+        rows = ledger.query(LEDGER_SQL)
+    except LedgerError as exc:
+        _fail(f"the ledger query failed: {exc}", EXIT_UNREACHABLE)
+    finally:
+        ledger.close()
+    windows: dict[str, dict[str, Any]] = {}
+    for row in sorted(rows, key=lambda r: int(r["ts"])):
+        row = {**row, "end": row.pop("end_ms"), "exclusion": bool(row["exclusion"])}
+        fold_window(windows, Maintenance.model_validate(row))
+    return windows
+
+
 def _send(settings: Settings, msg: Maintenance) -> None:
     try:
         asyncio.run(_publish(settings, msg))
@@ -199,12 +228,15 @@ def add_command(device: str | None, su: str | None, fabric: str | None, duration
 @click.option("--all", "show_all", is_flag=True, help="Every window, ended ones too.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
               show_default=True)
-def list_command(show_all: bool, fmt: str) -> None:
+@click.option("--ledger", "from_ledger", is_flag=True,
+              help="Read the ledger's maintenance_windows instead of the topic.")
+def list_command(show_all: bool, fmt: str, from_ledger: bool) -> None:
     """The maintenance windows and exclusions in force now, from fabric.maintenance."""
     settings = load_settings()
     now = int(time.time() * 1000)
+    found = _ledger_windows(settings) if from_ledger else _windows(settings)
     rows = [{"window": wid, **w, "in_force": w["start"] <= now < w["end"]}
-            for wid, w in sorted(_windows(settings).items(), key=lambda kv: kv[1]["start"])]
+            for wid, w in sorted(found.items(), key=lambda kv: kv[1]["start"])]
     if not show_all:
         rows = [r for r in rows if r["end"] > now]
     if fmt == "json":
