@@ -33,7 +33,8 @@ was open. Its members' downs in ``[started, ended]`` are excused from the flap d
 on misbehaving is judged on its own, without the incident's downs.
 
 Self-inflicted downs: an ``isolate`` action record (``done``) excuses both ends of the cable
-from ``self_grace`` before it until ``self_grace`` after the ``unisolate``/``return`` record;
+from ``self_grace`` before it until ``self_grace`` after the ``unisolate``/``return`` record
+(or after the link first comes up again: an isolated port cannot, so someone un-isolated it);
 a ``ladder:<rung>`` record excuses the technician's work from the runbook's previous record
 (when it began to wait) to ``self_grace`` after.
 
@@ -244,6 +245,8 @@ def _port_event(st: dict[str, Any], idx: dict[str, Any], ev: PortEvent, policy: 
             if ev.ts >= state[1]:
                 inc["links"][link] = [ev.state == "down", ev.ts]
             inc["last_change"] = max(inc["last_change"], ev.ts)
+    if ev.state == "up":
+        _back_up(st, ev, round(cfg.self_grace * 1000), out)
     if ev.state != "down" or (ev.phys_state or "").lower() == DISABLED:
         return  # an up only ends a down; a port disabled on purpose is no reboot
     spread = round(cfg.spread * 1000)
@@ -469,6 +472,17 @@ def _action(st: dict[str, Any], idx: dict[str, Any], rec: ActionRecord, grace: i
                              rec.ts + grace)
     elif rec.step == "abort":
         st["wf_last"].pop(wf, None)
+
+
+def _back_up(st: dict[str, Any], ev: PortEvent, grace: int, out: Outputs) -> None:
+    """A link of an isolated port came up: it is not isolated any more (un-isolated by a
+    human, say, with no record of ours), so its downs count again after the grace."""
+    for key, held in list(st["isolations"].items()):
+        if ev.key in held["ends"] and ev.ts > held["start"] + grace:
+            del st["isolations"][key]
+            out.excuses += [Excuse(id=held["id"], fabric=ev.fabric, device=d, port=p,
+                                   start=held["start"], end=ev.ts + grace, ts=ev.ts)
+                            for d, p in map(_split, held["ends"])]
 
 
 def _self(eid: str, rec: ActionRecord, ends: list[str], start: int,

@@ -348,3 +348,14 @@ def test_an_sm_storm_across_the_fabric_is_one_sm_event() -> None:
     # and a switch's own downs reported by the SM are that switch's reboot, not an SM event
     _, incs, _ = run([topology(), *spine_reboot(0)])
     assert {i.cause.value for i in incs} == {"switch_reboot"}
+
+
+def test_an_isolation_undone_by_hand_stops_excusing_at_the_link_up() -> None:
+    # isolated by fabricwatch, un-isolated by a human (no record of ours): its link comes up,
+    # and from then on its downs count again
+    events: list[object] = [topology(), isolate_record("isolate", 0),
+                            down("leaf-su01-r1", 1, 500, phys="Disabled"),
+                            down("leaf-su01-r1", 1, 60 * S, "up"),
+                            *flap("node01/mlx5_0", 1, 120 * S)]
+    dets, _, _ = run(events)
+    assert [(d.key, d.evidence["downs_in_window"]) for d in dets] == [("node01/mlx5_0:1", 3)]
