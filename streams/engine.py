@@ -103,7 +103,8 @@ class Engine:
         """
         out: list[Detection | Incident] = []
         if isinstance(event, Topology):
-            self.cabling[event.fabric] = incidents.index_topology(event)
+            self.cabling[event.fabric] = incidents.index_topology(
+                event, self.cabling.get(event.fabric))
         if isinstance(event, PortEvent | Maintenance | ActionRecord):
             out += self.correlate(event)
         elif isinstance(event, Counters | Probe | Topology | CounterDowns):

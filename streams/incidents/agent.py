@@ -69,10 +69,12 @@ def register(sa: StreamsApp) -> None:
         if topic == registry.TOPOLOGY.name:
             topo = await sa.decode(event, registry.TOPOLOGY)
             if isinstance(topo, Topology):
-                index = logic.index_topology(topo)
-                cabling[topo.fabric] = index
-                table[f"{topo.fabric}#cabling".encode()] = orjson.dumps(index)
-                log.info("cabling of %s: %d ports", topo.fabric, len(index["peer"]))
+                before = index_of(topo.fabric)
+                index = logic.index_topology(topo, before)
+                if index != before:  # most snapshots change nothing: no rewrite then
+                    cabling[topo.fabric] = index
+                    table[f"{topo.fabric}#cabling".encode()] = orjson.dumps(index)
+                    log.info("cabling of %s: %d ports", topo.fabric, len(index["peer"]))
             return None
         if topic == registry.MAINTENANCE.name:
             msg = await sa.decode(event, registry.MAINTENANCE)

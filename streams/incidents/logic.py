@@ -4,7 +4,8 @@ One state per fabric (the worker keys it by fabric on one partition; ``replay`` 
 same state in memory), fed in order with the fabric's port events, detections, runbook
 action records, maintenance windows and the passing of time (``Tick``). It needs the
 fabric as cabled (``index_topology`` of the latest ``Topology`` snapshot): the peer of
-each port, each switch's connected ports and each host's rails.
+each port, each switch's connected ports and each host's rails; a snapshot taken during an
+outage lacks the links that are down, so snapshots are merged, never replaced.
 
 Causes recognised (``schemas.policy.Incidents`` holds every threshold):
 
@@ -98,22 +99,32 @@ def host_of(device: str) -> str | None:
     return device.split("/", 1)[0] if "/" in device else None
 
 
-def index_topology(topology: Topology) -> dict[str, Any]:
-    """What correlation needs of a snapshot: peers, switch port counts, host rail counts."""
-    peer: dict[str, str] = {}
-    switch_ports: dict[str, int] = {}
-    host_links: dict[str, int] = {}
+def index_topology(topology: Topology, previous: dict[str, Any] | None = None
+                   ) -> dict[str, Any]:
+    """What correlation needs of the cabling: peers, switch port counts, host rail counts.
+
+    A snapshot is merged into the ``previous`` index, not put in its place: a snapshot taken
+    while a switch is down lacks its links (nothing answers on them), and those are exactly
+    the links correlation must know. A port seen with another peer takes the new one.
+    """
+    peer: dict[str, str] = dict(previous["peer"]) if previous else {}
     for link in topology.links:
         a = port_key(link.a_device, link.a_port)
         b = port_key(link.b_device, link.b_port)
-        peer[a] = b
-        peer[b] = a
-        for device in (link.a_device, link.b_device):
-            host = host_of(device)
-            if host is None:
-                switch_ports[device] = switch_ports.get(device, 0) + 1
-            else:
-                host_links[host] = host_links.get(host, 0) + 1
+        for end, other in ((a, b), (b, a)):
+            old = peer.get(end)
+            if old is not None and old != other and peer.get(old) == end:
+                del peer[old]  # recabled: the old far end is no longer this port's
+            peer[end] = other
+    switch_ports: dict[str, int] = {}
+    host_links: dict[str, int] = {}
+    for key in peer:
+        device = _device_of(key)
+        host = host_of(device)
+        if host is None:
+            switch_ports[device] = switch_ports.get(device, 0) + 1
+        else:
+            host_links[host] = host_links.get(host, 0) + 1
     return {"peer": peer, "switch_ports": switch_ports, "host_links": host_links}
 
 

@@ -72,5 +72,9 @@ def test_shortened_demo_detects_every_fault_and_decides_every_runbook(tmp_path: 
     assert all("eval-c" not in jobs for jobs in result.jobs_touched.values())
     assert result.report_html is not None
     html = result.report_html.read_text()
-    assert "fabricwatch report" in html and "breaker_open" in html and "<svg" in html
+    assert "fabricwatch report" in html and "flap" in html and "<svg" in html
+    # the summary names the incident and what its members had: nothing
+    text = " ".join(console.export_text().split())  # the console wraps long lines
+    assert f"incident {reboot.incident}: switch_reboot of {spine}" in text, text[-3000:]
+    assert "0 port runbook(s) and 0 technician step(s) for them" in text
     assert "Jobs and the links that hurt them" in html and "train-b" in html

@@ -359,3 +359,28 @@ def test_an_isolation_undone_by_hand_stops_excusing_at_the_link_up() -> None:
                             *flap("node01/mlx5_0", 1, 120 * S)]
     dets, _, _ = run(events)
     assert [(d.key, d.evidence["downs_in_window"]) for d in dets] == [("node01/mlx5_0:1", 3)]
+
+
+def test_a_snapshot_taken_during_the_reboot_does_not_forget_its_links() -> None:
+    # the discovery during the outage finds none of spine-1's links; the reboot's downs that
+    # come after it must still be the spine's, and its ups must still close the incident
+    during = Topology(id="topo-during", ts=BASE + 1000, fabric=FABRIC, source="ibnetdiscover",
+                      links=[link for link in topology().links
+                             if "spine-1" not in (link.a_device, link.b_device)])
+    events = spine_reboot(0)
+    stream = [topology(), *events[:4], during, *events[4:], *ticks(0, 400 * S)]
+    engine = Engine(Policy())
+    incs = [o for ev in stream for o in engine.feed_all(ev)  # type: ignore[arg-type]
+            if isinstance(o, Incident)]
+    assert len({i.incident for i in incs}) == 1
+    assert incs[-1].state == "closed" and len(incs[-1].members) == 16
+    # a port seen with another peer takes the new one, and the old far end forgets it
+    from streams.incidents.logic import index_topology
+
+    moved = Topology(id="topo-moved", ts=BASE, fabric=FABRIC, source="ibnetdiscover",
+                     links=[TopologyLink(a_device="leaf-su01-r1", a_port=33,
+                                         b_device="spine-2", b_port=9)])
+    index = index_topology(moved, index_topology(topology()))
+    assert index["peer"]["leaf-su01-r1:33"] == "spine-2:9"
+    assert "spine-1:1" not in index["peer"]
+    assert index["switch_ports"]["spine-1"] == 7 and index["switch_ports"]["spine-2"] == 9
