@@ -9,9 +9,10 @@
    embedded chdb ledger's one writer, serving its HTTP endpoint), the stream worker, the
    runbook worker (Temporal worker + dispatcher), and two simulators — the InfiniBand fabric
    of the chosen preset with the scripted faults, and a small RoCE fabric for the pause storm;
-3. watches: events/s and lag per topic, detections, runbooks by state, the breaker per SU,
-   and acts as the site's technicians (each ladder step a runbook waits for is reported done
-   after a short delay), until every fault was detected and every runbook reached a decision;
+3. watches: events/s and lag per topic, detections, incidents, runbooks by state, the
+   breaker per SU, and acts as the site's technicians (each ladder step a runbook waits for
+   is reported done after a short delay), until every fault was detected, every runbook
+   reached a decision and every incident the scenario caused has closed;
 4. writes the report (terminal summary and HTML) from the ledger, then stops everything.
 
 Nothing here decides anything about the fabric: the detectors, the runbooks and the ledger
@@ -360,7 +361,12 @@ class Demo:
                     last_count, stable_since = len(runbooks), time.monotonic()
                 settled = (stable_since is not None and time.monotonic() - stable_since > 15
                            and time.time() - self._children_started > self.scenario.min_duration_s)
-                if not missing and not undecided and runbooks and settled:
+                # an incident the scenario caused must also have closed: its cause cleared
+                unsettled = [e.label for e in self.scenario.expectations if e.incident_root
+                             and not any(i in self.live.incidents
+                                         and self.live.incidents[i].state == "closed"
+                                         for i in self.detected[e.label])]
+                if not missing and not undecided and not unsettled and runbooks and settled:
                     self.live.phase = "every fault detected, every runbook decided"
                     if live is not None:
                         live.update(render(self.live))

@@ -59,6 +59,7 @@ def test_shortened_demo_detects_every_fault_and_decides_every_runbook(tmp_path: 
     assert len(reboots) == 1, result.incidents
     (reboot,) = reboots
     assert reboot.cause.value == "switch_reboot" and len(reboot.members) >= 8
+    assert reboot.state == "closed" and reboot.ended is not None  # its links came back
     assert result.incident_runbooks[reboot.incident] == [], result.incident_runbooks
     assert not any(spine in wf for wf in result.technician_steps)
     assert all(v.done or v.state in DECIDED_STATES for v in result.runbooks.values())
