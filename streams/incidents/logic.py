@@ -29,9 +29,11 @@ An incident is published when it opens, when its members change and when it clos
 members are the port keys of both ends of every link of the root that went down while it
 was open. Its members' downs in ``[started, ended]`` are excused from the flap detector
 (``Excuse``), and a member's detection while it is open (or with a ``ts`` inside it) carries
-``incident``. It closes once every member link is up and has stayed up for ``settle`` (or
-``max_open`` after its last change, whatever is still down); from then on a link that goes
-on misbehaving is judged on its own, without the incident's downs.
+``incident``. A member's flap that fired before its excuse arrived, on the incident's own
+downs, is dropped (``raced_its_excuse``): the worker then agrees with replay. It closes
+once every member link is up and has stayed up for ``settle`` (or ``max_open`` after its
+last change, whatever is still down); from then on a link that goes on misbehaving is
+judged on its own, without the incident's downs.
 
 Self-inflicted downs: an ``isolate`` action record (``done``) excuses both ends of the cable
 from ``self_grace`` before it until ``self_grace`` after the ``unisolate``/``return`` record
@@ -181,7 +183,9 @@ def step(state: dict[str, Any] | None, index: dict[str, Any] | None, event: Corr
     elif isinstance(event, ActionRecord):
         _action(st, idx, event, round(cfg.self_grace * 1000), out)
     elif isinstance(event, Detection):
-        out.detections.append(annotate(st, idx, event, su_of))
+        det = annotate(st, idx, event, su_of)
+        if not raced_its_excuse(st, det):
+            out.detections.append(det)
     if isinstance(event, Tick) and event.wall:
         if "wall" in st:
             now = st["clock"] + max(0, event.ts - st["wall"])
@@ -455,6 +459,23 @@ def annotate(st: dict[str, Any], idx: dict[str, Any], det: Detection,
         if window is not None:
             update["maintenance"] = window
     return det.model_copy(update=update) if update else det
+
+
+def raced_its_excuse(st: dict[str, Any], det: Detection) -> bool:
+    """A member's flap that counted the incident's own downs: it fired before the excuse
+    reached the flap detector (a worker reading a backlog sees the reboot's downs and the
+    bounces at once). Without those downs it is no flap, so it is not published: the same
+    answer replay gives, where the excuse always comes first."""
+    if det.detection.value != "flap" or det.incident is None:
+        return False
+    inc = st["open"].get(det.incident) or st["closed"].get(det.incident)
+    downs, limit = det.evidence.get("down_ts"), det.evidence.get("max_link_downs")
+    if inc is None or not isinstance(downs, list) or not isinstance(limit, int):
+        return False
+    ended = inc.get("ended")
+    outside = [t for t in downs if isinstance(t, int)
+               and not (inc["started"] <= t and (ended is None or t <= ended))]
+    return len(outside) <= limit
 
 
 # -- self-inflicted downs ----------------------------------------------------------------

@@ -384,3 +384,24 @@ def test_a_snapshot_taken_during_the_reboot_does_not_forget_its_links() -> None:
     assert index["peer"]["leaf-su01-r1:33"] == "spine-2:9"
     assert "spine-1:1" not in index["peer"]
     assert index["switch_ports"]["spine-1"] == 7 and index["switch_ports"]["spine-2"] == 9
+
+
+def test_a_member_flap_that_raced_its_excuse_is_not_published() -> None:
+    # a worker reading a backlog: the flap detector judged the reboot's downs before the
+    # correlator's excuse reached it; the correlator does not publish that flap
+    engine = Engine(Policy())
+    for ev in [topology(), *spine_reboot(0)[:8]]:
+        engine.feed_all(ev)
+
+    def flap_of(downs: list[int]) -> Detection:
+        return Detection(id=f"det:flap/leaf-su01-r2:33/{downs[-1]}", ts=BASE + downs[-1],
+                         fabric=FABRIC, source="fabricwatch", device="leaf-su01-r2", port=33,
+                         detection="flap", severity="critical", action="isolate_port",
+                         episode=f"flap/leaf-su01-r2:33/{downs[-1]}",
+                         evidence={"down_ts": [BASE + t for t in downs],
+                                   "max_link_downs": 2, "downs_in_window": len(downs)})
+
+    assert engine.correlate(flap_of([400, 115 * S, 130 * S])) == []
+    # one that also counts three downs of its own before the reboot is a flap all the same
+    (kept,) = engine.correlate(flap_of([-90 * S, -60 * S, -30 * S, 400]))
+    assert isinstance(kept, Detection) and kept.incident is not None
