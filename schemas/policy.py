@@ -5,6 +5,7 @@ fabricHealth:
   flapDampening: {window: 30m, maxLinkDowns: 2, action: isolatePort}
   degradedLink: {expectWidth: 4X, expectSpeed: NDR, action: isolatePort}
   breaker: {maxIsolatedPortsPerSU: 1%}
+  incidents: {switchShare: 50%, spread: 5s, settle: 2m}
   repairLadder: [clean-and-reseat, swap-optic, swap-cable, swap-switch-port]
   returnToService: [ib_write_bw-per-rail, nccl-allreduce-baseline, counters-clean-24h]
 ```
@@ -344,6 +345,34 @@ class Probation(_Section):
         return {c: f"{self.waived_by}{why}" for c in self.waive}
 
 
+class Incidents(_Section):
+    """Correlation: many downs with one cause are one incident, not many port runbooks.
+
+    A switch reboot (or power loss): at least ``switch_share`` of the switch's connected
+    ports (from the topology; never fewer than ``switch_min_ports``) go down within
+    ``spread`` of each other, whatever the peers report. A node reboot: ``node_share`` of a
+    host's rails (at least ``node_min_rails``) down within ``spread``. An incident closes
+    once every member link is back and has stayed up for ``settle``, or ``max_open`` after
+    its last change whatever is still down (those links are then judged on their own). An
+    SM event: downs the subnet manager itself reported (source opensm or UFM) on at least
+    ``sm_min_links`` links of at least ``sm_min_devices`` devices within ``spread``, no one
+    device on more than half of them (a heavy sweep or a failover, not one switch). A
+    down fabricwatch or a technician caused (an isolation, a ladder rung) is excused from
+    ``self_grace`` before its action record to ``self_grace`` after its end.
+    """
+
+    switch_share: Fraction = 0.5
+    switch_min_ports: Annotated[int, Field(ge=1)] = 4
+    spread: Seconds = 5.0
+    node_share: Fraction = 1.0
+    node_min_rails: Annotated[int, Field(ge=1)] = 2
+    settle: Seconds = 120.0
+    max_open: Seconds = 3600.0
+    self_grace: Seconds = 10.0
+    sm_min_links: Annotated[int, Field(ge=2)] = 16
+    sm_min_devices: Annotated[int, Field(ge=2)] = 8
+
+
 class IsolateEnd(_Section):
     """Which end of a cable the runbook isolates."""
 
@@ -366,6 +395,7 @@ class FabricHealth(_Section):
     runbook: Runbook = Runbook()
     isolate_end: IsolateEnd = IsolateEnd()
     probation: Probation = Probation()
+    incidents: Incidents = Incidents()
     repair_ladder: Annotated[list[str], Field(min_length=1)] = Field(
         default_factory=lambda: ["clean-and-reseat", "swap-optic", "swap-cable",
                                  "swap-switch-port"])

@@ -16,7 +16,15 @@ restarted or rebalanced worker recovers them), keyed like their source topic:
 * ``stale`` by fabric and counters partition (``streams/stale/agent.py``: each partition's
   slice of the fabric-wide state the worker keeps in memory);
 * ``breaker`` by SU, fed by the internal ``breaker`` topic (isolating detections and
-  ``fabric.actions`` records re-keyed by SU).
+  ``fabric.actions`` records re-keyed by SU);
+* ``correlate`` by fabric, the incident correlator (``streams/incidents/agent.py``), fed by
+  the internal ``correlate`` topic (port events, action records and every detection
+  re-keyed by fabric, a tick per second), ``fabric.topology`` and ``fabric.maintenance``.
+
+Every detection passes through the correlator before it is published (``publish`` sends it
+there, the correlator calls ``emit``): it carries ``incident`` / ``maintenance`` where one
+covers it, and only one carrying neither reaches the breaker. Incidents go to
+``fabric.incidents``.
 
 Delivery is at least once. Every state remembers which messages it has applied (event ids
 for flap, the last message ids per key elsewhere) and a redelivered message yields exactly
@@ -136,8 +144,12 @@ class StreamsApp:
         self.actions = topic(registry.ACTIONS.name)
         self.detections = topic(registry.DETECTIONS.name)
         self.dlq = topic(registry.DLQ.name)
+        self.incidents = topic(registry.INCIDENTS.name)
         self.counter_downs = topic(f"{app_id}.counter-downs", n_port, internal=True)
         self.breaker = topic(f"{app_id}.breaker", 1, internal=True)
+        self.correlate = topic(f"{app_id}.correlate", 1, internal=True)
+        self.worker_index = worker_index
+        self.fabrics_seen: set[str] = set()  # the fabrics this worker ticks the clock of
 
         def table(name: str, partitions: int) -> Any:
             # bytes types make Faust pick the raw codec for the store and the changelog:
@@ -150,13 +162,14 @@ class StreamsApp:
         self.probes_table = table("probes", partitions_of(settings, registry.PROBES))
         self.topology_table = table("topology", partitions_of(settings, registry.TOPOLOGY))
         self.breaker_table = table("breaker", 1)
+        self.correlate_table = table("correlate", 1)
         self.sink: LedgerSink | None = LedgerSink(self._open_ledger) if ledger else None
         # Called by the counters agent with each decoded counters message and its
         # partition (the stale detector), so that a message is decoded once.
         self.counters_observers: list[Callable[[Counters, int], Awaitable[None]]] = []
         self.stats: dict[str, float] = {"events": 0, "samples": 0, "detections": 0,
                                         "dead_letters": 0, "persisted": 0, "persist_ms": 0.0,
-                                        "counters_ms": 0.0}
+                                        "counters_ms": 0.0, "incidents": 0}
         self._register()
 
     async def ensure_topics(self) -> None:
@@ -170,10 +183,14 @@ class StreamsApp:
             NewTopic,
         )
 
+        from schemas.acceptance import TIMESTAMP_CONFIG
+
         wanted = {self.counter_downs.get_topic_name(): self.n_port,
-                  self.breaker.get_topic_name(): 1}
+                  self.breaker.get_topic_name(): 1, self.correlate.get_topic_name(): 1}
+        contract = set()
         for t in registry.ALL_TOPICS:
             wanted[t.name] = partitions_of(self.settings, t)
+            contract.add(t.name)
         # Changelogs too: Faust declares them concurrently with the first table writes,
         # and a write before its changelog exists fails the partition check.
         compacted = set()
@@ -185,8 +202,11 @@ class StreamsApp:
         await admin.start()
         try:
             existing = set(await admin.list_topics())
+            # a contract topic stamps records with the broker's receive time, as the local
+            # stack creates them (schemas.acceptance)
             missing = [NewTopic(name, n, 1, topic_configs={"cleanup.policy": "compact"}
-                                if name in compacted else {})
+                                if name in compacted else dict(TIMESTAMP_CONFIG)
+                                if name in contract else {})
                        for name, n in wanted.items() if name not in existing]
             if missing:
                 response = await admin.create_topics(missing)
@@ -204,11 +224,12 @@ class StreamsApp:
         from streams.counters import agent as counters_agent
         from streams.degraded_link import agent as topology_agent
         from streams.flap import agent as flap_agent
+        from streams.incidents import agent as incidents_agent
         from streams.probes import agent as probes_agent
         from streams.stale import agent as stale_agent
 
         for module in (flap_agent, counters_agent, probes_agent, topology_agent,
-                       breaker_agent, stale_agent):
+                       breaker_agent, stale_agent, incidents_agent):
             module.register(self)
         if self.plan is not None:  # the topology area's diff agent (miswire, missing, ...)
             from streams.topology import agent as topology_diff_agent
@@ -265,14 +286,26 @@ class StreamsApp:
                                message)
 
     async def publish(self, detections: Sequence[Detection]) -> None:
-        """Detections to fabric.detections (key device:port), the breaker, and the ledger."""
+        """Detections to the correlator, which annotates them and calls ``emit``."""
+        for det in detections:
+            await self.forward(det.fabric, encode(det))
+
+    async def forward(self, fabric: str, data: bytes) -> None:
+        """A contract message (port event, action record, detection) to the correlator."""
+        self.fabrics_seen.add(fabric)
+        await self.correlate.send(key=fabric.encode(), value=data)
+
+    async def emit(self, detections: Sequence[Detection]) -> None:
+        """Detections to fabric.detections (key device:port), the breaker (those that
+        belong to no incident or maintenance window), and the ledger."""
         if not detections:
             return
         su_of = self.engine.context.su_of
         for det in detections:
             data = encode(det)
             await self.detections.send(key=det.key.encode(), value=data)
-            if det.action == Action.ISOLATE_PORT:
+            if (det.action == Action.ISOLATE_PORT and det.incident is None
+                    and det.maintenance is None):
                 su = su_of(det.device)
                 if su is not None:
                     await self.breaker.send(key=su.encode(), value=data)

@@ -13,14 +13,25 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from schemas import ActionRecord, Counters, Detection, Event, PortEvent, Probe, Topology
+from schemas import (
+    ActionRecord,
+    Counters,
+    Detection,
+    Event,
+    Incident,
+    Maintenance,
+    PortEvent,
+    Probe,
+    Topology,
+)
 from schemas.policy import Policy
 from streams.breaker import logic as breaker
 from streams.common import state_key
 from streams.counters.logic import CountersDetector
 from streams.degraded_link.logic import Expectation, step_topology
-from streams.flap.logic import CounterDowns, FlapState
+from streams.flap.logic import CounterDowns, Excuse, FlapState
 from streams.flap.logic import step as flap_step
+from streams.incidents import logic as incidents
 from streams.probes import logic as probes
 from streams.stale.logic import StaleDetector
 
@@ -75,8 +86,54 @@ class Engine:
         self.rails: dict[str, Any] = {}
         self.fabrics: dict[str, Any] = {}
         self.sus: dict[str, Any] = {}
+        self.correlation: dict[str, Any] = {}  # incident correlator states by fabric
+        self.cabling: dict[str, Any] = {}  # their topology indexes by fabric
 
     def feed(self, event: Event | CounterDowns) -> list[Detection]:
+        """The detections ``event`` causes (annotated with incident / maintenance)."""
+        return [d for d in self.feed_all(event) if isinstance(d, Detection)]
+
+    def feed_all(self, event: Event | CounterDowns) -> list[Detection | Incident]:
+        """Detections and incidents, in the order the worker would publish them.
+
+        The correlator sees a port event before the flap detector does, so the excuses of
+        an incident it opens apply to that very down; every detection passes through it
+        (for ``incident`` / ``maintenance``), and only one that carries neither reaches the
+        breaker's accounting.
+        """
+        out: list[Detection | Incident] = []
+        if isinstance(event, Topology):
+            self.cabling[event.fabric] = incidents.index_topology(
+                event, self.cabling.get(event.fabric))
+        if isinstance(event, PortEvent | Maintenance | ActionRecord):
+            out += self.correlate(event)
+        elif isinstance(event, Counters | Probe | Topology | CounterDowns):
+            out += self.correlate(incidents.Tick(f"tick/{event.id}", event.fabric, event.ts))
+        for det in self.detect(event):
+            for item in self.correlate(det):
+                out.append(item)
+                if isinstance(item, Detection) and item.incident is None \
+                        and item.maintenance is None:
+                    for more in self.feed_breaker(item):
+                        out += self.correlate(more)
+        if isinstance(event, Detection | ActionRecord):
+            if not isinstance(event, Detection) or (event.incident is None
+                                                    and event.maintenance is None):
+                for more in self.feed_breaker(event):
+                    out += self.correlate(more)
+        return out
+
+    def correlate(self, event: incidents.CorrelatorInput) -> list[Detection | Incident]:
+        """One event through the fabric's correlator; its excuses go to the flap states."""
+        self.correlation[event.fabric], outs = incidents.step(
+            self.correlation.get(event.fabric), self.cabling.get(event.fabric), event,
+            self.policy, su_of=self.context.su_of)
+        for excuse in outs.excuses:
+            self.feed_flap(excuse)
+        return [*outs.incidents, *outs.detections]
+
+    def detect(self, event: Event | CounterDowns) -> list[Detection]:
+        """What the detectors (not the breaker) make of ``event``, before correlation."""
         out: list[Detection] = []
         if isinstance(event, PortEvent | CounterDowns):
             out += self.feed_flap(event)
@@ -100,13 +157,9 @@ class Engine:
             self.fabrics[event.fabric], dets, _, _ = self.apply_topology(
                 self.fabrics.get(event.fabric), event)
             out += dets
-        elif isinstance(event, Detection | ActionRecord):
-            return self.feed_breaker(event)
-        for det in list(out):
-            out += self.feed_breaker(det)
         return out
 
-    def feed_flap(self, event: PortEvent | CounterDowns) -> list[Detection]:
+    def feed_flap(self, event: PortEvent | CounterDowns | Excuse) -> list[Detection]:
         key = state_key(event.fabric, f"{event.device}:{event.port}")
         self.flap[key], dets = self.apply_flap(self.flap.get(key), event)
         return dets
@@ -148,9 +201,28 @@ class Engine:
             return new, dets, []
         return once(value, event.id, run)
 
-    def apply_flap(self, value: FlapState | None, event: PortEvent | CounterDowns
+    def apply_flap(self, value: FlapState | None, event: PortEvent | CounterDowns | Excuse
                    ) -> tuple[FlapState, list[Detection]]:
         return flap_step(value or FlapState(), event, self.policy)
+
+    def apply_correlate(self, value: dict[str, Any] | None, index: dict[str, Any] | None,
+                        event: incidents.CorrelatorInput, wall: int | None = None
+                        ) -> tuple[dict[str, Any], incidents.Outputs, bool]:
+        """The correlator's keyed step, at most once per message id: a redelivery repeats
+        its outputs (as ``once`` does for the other detectors), a detection with the very
+        annotation it got the first time. What is kept per message is small (the
+        annotation, not the detection: the redelivered message is the detection), since
+        the whole value is written to the changelog at every message."""
+        box = value if value is not None else {"s": None, "r": []}
+        for rid, kept in box["r"]:
+            if rid == event.id:
+                return box, incidents.outputs_from_wire(kept, event), True
+        box["s"], outs = incidents.step(box["s"], index, event, self.policy,
+                                        su_of=self.context.su_of, wall=wall)
+        if not isinstance(event, incidents.Tick):  # ticks are never redelivered as such
+            box["r"].append([event.id, incidents.outputs_to_wire(outs)])
+            del box["r"][:-RECENT]
+        return box, outs, False
 
     def apply_breaker(self, value: dict[str, Any] | None, su: str,
                       event: Detection | ActionRecord

@@ -6,6 +6,10 @@ A detection whose action is ``isolate_port`` is resolved to its cable (both ends
 ``id_conflict_policy=USE_EXISTING``): the first starts the runbook, a detection from either
 end joins it, and the workflow ignores a detection id it has already seen.
 
+A detection that carries ``incident`` (its port is a member of an open incident: a switch
+or node reboot) or ``maintenance`` (inside a maintenance window) starts no port runbook;
+it is recorded by the ledger and the incident is handled as one.
+
 Exactly once per episode: before starting, the dispatcher looks at the cable's last run. A
 running one is joined; a closed one whose episodes (its own and the earlier ones it carried)
 include the detection's episode means a replayed detection, and nothing happens; otherwise a
@@ -121,6 +125,7 @@ class DispatchStats:
     invalid: int = 0
     duplicate: int = 0  # the episode already had a runbook that closed
     unknown: int = 0  # a port the inventory does not have (or no topology yet): no runbook
+    held: int = 0  # part of an incident or inside a maintenance window: no port runbook
 
 
 # Who records and pages an unknown port (the ``source`` of its ``unknown_device`` detection).
@@ -178,6 +183,12 @@ class Dispatcher:
         if det.action != Action.ISOLATE_PORT or (self.fabric is not None
                                                   and det.fabric != self.fabric):
             self.stats.ignored += 1
+            return False
+        if det.incident is not None or det.maintenance is not None:
+            # one cause, one incident (streams.incidents): its members get no runbook each
+            self.stats.held += 1
+            log.info("detection %s on %s: no port runbook (incident %s, maintenance %s)",
+                     det.id, det.key, det.incident, det.maintenance)
             return False
         if not await self.may_act(det):
             return False

@@ -1,6 +1,7 @@
 """``fabricwatch replay --policy FILE INPUT``: backtest a policy on a JSON-lines history.
 
-INPUT is a path or ``-`` (stdin). Each output line is one detection as contract JSON;
+INPUT is a path or ``-`` (stdin). Each output line is one detection or one incident message
+(``kind: "incident"``: its id, cause, root device, state and members) as contract JSON;
 invalid input lines are reported on stderr with their line number and skipped. Exit code
 0 on success (with or without detections), 2 on a bad policy or an unreadable input.
 """
@@ -15,8 +16,9 @@ import click
 
 from schemas import encode
 from schemas.errors import ContractError
+from schemas.events import Detection
 from schemas.policy import Policy
-from streams.replay import replay
+from streams.replay import replay_all
 
 
 def _lines(source: str) -> Iterator[bytes]:
@@ -51,16 +53,20 @@ def replay_command(policy_path: Path | None, source: str) -> None:
         click.echo(f"line {lineno}: {exc.reason}{where}; skipped", err=True)
 
     out = sys.stdout.buffer
-    count = 0
+    count = incidents = 0
     try:
-        for det in replay(_lines(source), policy, on_error=on_error):
-            out.write(encode(det) + b"\n")
-            count += 1
+        for item in replay_all(_lines(source), policy, on_error=on_error):
+            out.write(encode(item) + b"\n")
+            if isinstance(item, Detection):
+                count += 1
+            else:
+                incidents += 1
     except OSError as exc:
         click.echo(f"error: {source}: {exc.strerror}", err=True)
         raise SystemExit(2) from None
     out.flush()
-    click.echo(f"{count} detection(s), {errors} invalid line(s) skipped", err=True)
+    click.echo(f"{count} detection(s), {incidents} incident message(s), {errors} invalid "
+               "line(s) skipped", err=True)
 
 
 COMMANDS: list[click.Command] = [replay_command]

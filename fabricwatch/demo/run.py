@@ -9,9 +9,10 @@
    embedded chdb ledger's one writer, serving its HTTP endpoint), the stream worker, the
    runbook worker (Temporal worker + dispatcher), and two simulators — the InfiniBand fabric
    of the chosen preset with the scripted faults, and a small RoCE fabric for the pause storm;
-3. watches: events/s and lag per topic, detections, runbooks by state, the breaker per SU,
-   and acts as the site's technicians (each ladder step a runbook waits for is reported done
-   after a short delay), until every fault was detected and every runbook reached a decision;
+3. watches: events/s and lag per topic, detections, incidents, runbooks by state, the
+   breaker per SU, and acts as the site's technicians (each ladder step a runbook waits for
+   is reported done after a short delay), until every fault was detected, every runbook
+   reached a decision and every incident the scenario caused has closed;
 4. writes the report (terminal summary and HTML) from the ledger, then stops everything.
 
 Nothing here decides anything about the fabric: the detectors, the runbooks and the ledger
@@ -38,11 +39,11 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from fabricwatch.demo.scenario import Expectation, Scenario, build_scenario
 from fabricwatch.demo.view import LiveState, render
-from fabricwatch.demo.watch import watch_detections, watch_topics
+from fabricwatch.demo.watch import watch_detections, watch_incidents, watch_topics
 from fabricwatch.procs import ChildProcess
 from fabricwatch.settings import Settings
 from fabricwatch.stack import LocalStack
-from schemas import Detection
+from schemas import Detection, Incident
 from schemas.topics import INPUT_TOPICS
 
 # Demo policy: the production defaults except the clocks a person would not wait for. It says
@@ -106,6 +107,11 @@ class DemoResult:
     breaker: dict[str, tuple[int, int]] = field(default_factory=dict)
     # label -> the simulated jobs running on the links its detections were on (the report's)
     jobs_touched: dict[str, list[str]] = field(default_factory=dict)
+    # incident id -> its latest message, and the runbooks started for a cable of its members
+    incidents: dict[str, Incident] = field(default_factory=dict)
+    incident_runbooks: dict[str, list[str]] = field(default_factory=dict)
+    # runbook -> the ladder steps the simulated technicians did on it
+    technician_steps: dict[str, list[str]] = field(default_factory=dict)
     report_html: Path | None = None
     report: Any = None  # the fabricwatch.report.build.Report it was rendered from
     message: str = ""
@@ -142,6 +148,12 @@ class Demo:
         self._children_started = time.time()
         self.alertmanager: Any = None  # a LocalAlertmanager when the binary is built
         self.alerts_file = self.state_dir / "alerts.jsonl"
+        self.technician_steps: dict[str, list[str]] = {}
+
+    @staticmethod
+    def scenario_of(options: DemoOptions) -> Scenario:
+        """The scenario a demo with ``options`` runs (what its test asserts against)."""
+        return build_scenario(options.preset, short=options.short, fabric_name=options.fabric)
 
     # ---- set-up -------------------------------------------------------------------------
 
@@ -332,6 +344,7 @@ class Demo:
             result.report_html = self._report(result)
             result.jobs_touched = dict(self.jobs_touched)
             self._alerts_summary(result)
+            self._print_incidents(result)
             return result
         finally:
             if not self.opts.keep_running:
@@ -345,7 +358,8 @@ class Demo:
         topics = [t.name for t in INPUT_TOPICS] + ["fabric.detections", "fabric.actions",
                                                    "fabric.dlq"]
         tasks = [asyncio.create_task(watch_topics(self.live, bootstrap, topics, self.opts.app_id)),
-                 asyncio.create_task(self._detections(bootstrap))]
+                 asyncio.create_task(self._detections(bootstrap)),
+                 asyncio.create_task(watch_incidents(self.live, bootstrap))]
         try:
             return await self._until_decided()
         finally:
@@ -375,6 +389,28 @@ class Demo:
                                              f"detected: {detection.detection.value} on "
                                              f"{detection.key}")
 
+    def _match_incidents(self) -> None:
+        started = int(self._children_started * 1000)
+        for index, expectation in enumerate(self.scenario.expectations):
+            for inc in list(self.live.incidents.values()):
+                if expectation.matches_incident(inc, started) and \
+                        inc.incident not in self.detected[expectation.label]:
+                    self.detected[expectation.label].append(inc.incident)
+                    self.live.scenario[index] = (
+                        expectation.label, f"incident: {inc.cause.value} of {inc.root}, "
+                                           f"{len(inc.members)} ports, {inc.state}")
+
+    def _print_incidents(self, result: DemoResult) -> None:
+        if not result.incidents:
+            self.console.print("incidents: none")
+        for iid, inc in sorted(result.incidents.items(), key=lambda kv: kv[1].started):
+            runbooks = result.incident_runbooks.get(iid, [])
+            steps = sum(len(result.technician_steps.get(r, [])) for r in runbooks)
+            self.console.print(
+                f"incident {iid}: {inc.cause.value} of {inc.root} ({inc.state}), "
+                f"{len(inc.members)} member ports, {len(runbooks)} port runbook(s) and "
+                f"{steps} technician step(s) for them")
+
     async def _until_decided(self) -> DemoResult:
         from workflows.worker import connect
 
@@ -391,6 +427,7 @@ class Demo:
         with live_ctx as live:
             while True:
                 self._check_children()
+                self._match_incidents()
                 runbooks = await self._runbooks(client)
                 await self._technicians(client, runbooks, acted)
                 self.live.runbooks_by_state = _count_states(runbooks)
@@ -407,7 +444,12 @@ class Demo:
                     last_count, stable_since = len(runbooks), time.monotonic()
                 settled = (stable_since is not None and time.monotonic() - stable_since > 15
                            and time.time() - self._children_started > self.scenario.min_duration_s)
-                if not missing and not undecided and runbooks and settled:
+                # an incident the scenario caused must also have closed: its cause cleared
+                unsettled = [e.label for e in self.scenario.expectations if e.incident_root
+                             and not any(i in self.live.incidents
+                                         and self.live.incidents[i].state == "closed"
+                                         for i in self.detected[e.label])]
+                if not missing and not undecided and not unsettled and runbooks and settled:
                     self.live.phase = "every fault detected, every runbook decided"
                     if live is not None:
                         live.update(render(self.live))
@@ -486,6 +528,7 @@ class Demo:
                 continue
             self.live.notes.append(f"technician: {rung} done on "
                                    f"{view.workflow_id.removeprefix('remediate/')}")
+            self.technician_steps.setdefault(view.workflow_id, []).append(rung)
             acted[key] = float("inf")
 
     async def _breaker(self, client: Any) -> dict[str, tuple[int, int]]:
@@ -505,9 +548,12 @@ class Demo:
 
     def _result(self, ok: bool, runbooks: dict[str, RunbookView], missing: list[str],
                 undecided: list[str], message: str) -> DemoResult:
+        incidents = dict(self.live.incidents)
         return DemoResult(ok=ok, elapsed_s=0.0, detected=dict(self.detected), missing=missing,
                           runbooks=runbooks, undecided=undecided, breaker=dict(self.live.breaker),
-                          message=message)
+                          message=message, incidents=incidents,
+                          incident_runbooks=incident_runbooks(incidents, runbooks),
+                          technician_steps=dict(self.technician_steps))
 
     # ---- the report -------------------------------------------------------------------
 
@@ -623,6 +669,18 @@ def jobs_touched(detected_ports: dict[str, set[str]],
         for port in ports:
             names.update(touched.get(port, ()))
         out[label] = sorted(names)
+    return out
+
+
+def incident_runbooks(incidents: dict[str, Incident], runbooks: dict[str, RunbookView]
+                      ) -> dict[str, list[str]]:
+    """For each incident, the runbooks of a cable with an end among its members."""
+    out: dict[str, list[str]] = {}
+    for iid, inc in incidents.items():
+        prefix = f"remediate/{inc.fabric}/"
+        members = set(inc.members)
+        out[iid] = sorted(wf for wf in runbooks if wf.startswith(prefix) and any(
+            end in members for end in wf.removeprefix(prefix).split("~")))
     return out
 
 

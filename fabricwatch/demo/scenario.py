@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from schemas import Detection
+from schemas import Detection, Incident
 
 
 @dataclass(frozen=True)
@@ -28,8 +28,18 @@ class Expectation:
     devices: frozenset[str] = frozenset()  # or any port of these devices (a rebooted spine's peers)
     runbook: str | None = None  # "decided" when an isolating runbook must reach a decision
     after_s: float = 0.0  # the fault starts this long after the simulators do
+    # proved by an incident instead of a detection: its cause (``detection``) and root device
+    incident_root: str | None = None
+
+    def matches_incident(self, incident: Incident, started_ms: int = 0) -> bool:
+        return (self.incident_root is not None and incident.fabric == self.fabric
+                and incident.cause.value == self.detection
+                and incident.root == self.incident_root
+                and incident.started >= started_ms + self.after_s * 1000)
 
     def matches(self, detection: Detection, started_ms: int = 0) -> bool:
+        if self.incident_root is not None:
+            return False
         if detection.fabric != self.fabric or detection.detection.value != self.detection:
             return False
         if detection.ts < started_ms + self.after_s * 1000:
@@ -111,9 +121,10 @@ def build_scenario(preset: str, *, short: bool = False, fabric_name: str | None 
         Expectation("slow-not-dead link", ib,
                     f"slow_link:{node_b}/mlx5_1:1,factor=0.6,at={at(20)}", "slow_probe",
                     _ends(links, f"{node_b}/mlx5_1", 1)),
+        # one incident naming the spine: no port of it isolated, no technician sent
         Expectation("spine reboot", ib, f"spine_reboot:{spine},at={at(240)},for={at(40)}",
-                    "breaker_open", frozenset(), devices=spine_peers | {spine},
-                    after_s=240 * scale),
+                    "switch_reboot", frozenset(), devices=spine_peers | {spine},
+                    after_s=240 * scale, incident_root=spine),
         Expectation("RoCE pause storm", roce, f"pause_storm:node0003/mlx5_0:1,at={at(30)}",
                     "pause_storm", frozenset({"node0003/mlx5_0:1", "leaf-su01-r0:3"})),
     ]

@@ -15,7 +15,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from schemas import Detection
+from schemas import Detection, Incident
 
 
 @dataclass
@@ -37,6 +37,12 @@ class LiveState:
     breaker: dict[str, tuple[int, int]] = field(default_factory=dict)  # su -> (isolated, limit)
     scenario: list[tuple[str, str]] = field(default_factory=list)  # (fault, status)
     notes: deque[str] = field(default_factory=lambda: deque(maxlen=6))
+    incidents: dict[str, Incident] = field(default_factory=dict)  # id -> its latest message
+
+    def add_incident(self, incident: Incident) -> None:
+        held = self.incidents.get(incident.incident)
+        if held is None or held.ts <= incident.ts:
+            self.incidents[incident.incident] = incident
 
     def add_detection(self, detection: Detection) -> None:
         self.detections.append(detection)
@@ -100,6 +106,18 @@ def _scenario_table(state: LiveState) -> Table:
     return table
 
 
+def _incidents_table(state: LiveState) -> Table:
+    table = Table(title="incidents (one cause each: no port runbook for their members)",
+                  expand=True)
+    table.add_column("cause")
+    table.add_column("root")
+    table.add_column("members", justify="right")
+    table.add_column("state")
+    for inc in sorted(state.incidents.values(), key=lambda i: i.started):
+        table.add_row(inc.cause.value, inc.root, str(len(inc.members)), inc.state)
+    return table
+
+
 def render(state: LiveState) -> RenderableType:
     elapsed = time.monotonic() - state.started
     header = Text(f"fabricwatch demo — {state.phase} — {elapsed:,.0f} s", style="bold")
@@ -109,4 +127,4 @@ def render(state: LiveState) -> RenderableType:
     side.add_row(_runbooks_table(state), _breaker_table(state))
     notes = Text("\n".join(state.notes), style="dim")
     return Panel(Group(header, _topics_table(state), _detections_table(state), side,
-                       _scenario_table(state), notes))
+                       _incidents_table(state), _scenario_table(state), notes))

@@ -15,8 +15,8 @@ from aiokafka import AIOKafkaConsumer, TopicPartition  # type: ignore[import-unt
 from aiokafka.admin import AIOKafkaAdminClient  # type: ignore[import-untyped]
 
 from fabricwatch.demo.view import LiveState, TopicRate
-from schemas import ContractError, Detection, decode
-from schemas.topics import DETECTIONS
+from schemas import ContractError, Detection, Incident, decode
+from schemas.topics import DETECTIONS, INCIDENTS
 
 RATE_WINDOW_S = 12.0
 
@@ -101,5 +101,24 @@ async def watch_detections(state: LiveState, bootstrap: str) -> None:
                 continue
             if isinstance(event, Detection):
                 state.add_detection(event)
+    finally:
+        await consumer.stop()
+
+
+async def watch_incidents(state: LiveState, bootstrap: str) -> None:
+    """Every incident message from the demo's start (the latest per incident is kept)."""
+    consumer = AIOKafkaConsumer(INCIDENTS.name, bootstrap_servers=bootstrap,
+                                auto_offset_reset="earliest", enable_auto_commit=False)
+    await consumer.start()
+    try:
+        async for message in consumer:
+            if message.value is None:
+                continue
+            try:
+                event = decode(message.value)
+            except ContractError:
+                continue
+            if isinstance(event, Incident):
+                state.add_incident(event)
     finally:
         await consumer.stop()

@@ -24,6 +24,8 @@ def register(sa: StreamsApp) -> None:
             raw = event.value if isinstance(event.value, bytes) else b""
             try:
                 msg = await sa.decode(event, registry.ACTIONS)
+                if isinstance(msg, ActionRecord):
+                    await sa.forward(msg.fabric, raw)  # the correlator: self-inflicted downs
                 if isinstance(msg, ActionRecord) and (su := su_of(msg.device)) is not None:
                     await sa.breaker.send(key=su.encode(), value=encode(msg))
             except Exception as exc:  # never die on a message

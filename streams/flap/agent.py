@@ -1,4 +1,5 @@
-"""Flap agent: port events and counter-revealed downs, keyed by port, through the flap detector."""
+"""Flap agent: port events, counter-revealed downs and the correlator's excuses, keyed by
+port, through the flap detector; each port event is forwarded to the correlator."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import orjson
 from schemas import ContractError, PortEvent
 from schemas import topics as registry
 from streams.common import state_key
-from streams.flap.logic import CounterDowns, FlapState
+from streams.flap.logic import CounterDowns, Excuse, FlapState, from_wire
 
 if TYPE_CHECKING:
     from streams.app import StreamsApp
@@ -26,15 +27,16 @@ def register(sa: StreamsApp) -> None:
         async for event in stream.events():
             raw = event.value if isinstance(event.value, bytes) else b""
             try:
-                item: PortEvent | CounterDowns
+                item: PortEvent | CounterDowns | Excuse
                 if event.message.topic == registry.PORT_EVENTS.name:
                     decoded = await sa.decode(event, registry.PORT_EVENTS)
                     if not isinstance(decoded, PortEvent):
                         continue
                     item = decoded
+                    await sa.forward(item.fabric, raw)  # the correlator sees every change
                 else:
                     try:
-                        item = CounterDowns.from_wire(orjson.loads(raw))
+                        item = from_wire(orjson.loads(raw))
                     except (ValueError, KeyError, TypeError) as exc:
                         await sa.dead_letter(raw, ContractError(f"bad counter_downs: {exc}"),
                                              event.message)

@@ -31,6 +31,14 @@ downs while it lasts are recorded on it (``downs``) and not fired. The episode i
 a late down can only merge periods, and a merged period keeps the episode(s) it already
 fired instead of firing again.
 
+Downs that are not the link's fault never count (``Excuse``, from the incident correlator,
+``streams.incidents``): the downs of an incident's member while it was open (a switch or
+node reboot), and those fabricwatch or a technician caused (from an isolation until its
+return, a ladder rung the runbook waited for). A down reported ``Disabled`` (the port was
+administratively disabled, which is how every controller isolates) never counts either.
+An excuse that arrives after a down takes it out of the count from then on; a detection
+already fired stays (detections are never withdrawn).
+
 State is a plain dataclass (``FlapState``) with ``to_json``/``from_json`` so it lives in a
 changelogged table. It holds only the downs that can still matter: those after
 ``watermark - lateness - window`` inclusive (plus the traps inside a counter interval still held).
@@ -73,6 +81,44 @@ class CounterDowns:
                    increase=int(obj["increase"]))
 
 
+@dataclass(frozen=True, slots=True)
+class Excuse:
+    """Downs of one port in ``[start, end]`` (``end`` None: still open) that do not count.
+
+    ``id`` names the cause (an incident id, ``self/{workflow}/...``); a later excuse with the
+    same id replaces it (an open one gets its end). ``ts`` is when it was decided.
+    """
+
+    id: str
+    fabric: str
+    device: str
+    port: int
+    start: int
+    end: int | None
+    ts: int
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"kind": "excuse", **asdict(self)}
+
+    @classmethod
+    def from_wire(cls, obj: dict[str, Any]) -> Excuse:
+        end = obj.get("end")
+        return cls(id=str(obj["id"]), fabric=str(obj["fabric"]), device=str(obj["device"]),
+                   port=int(obj["port"]), start=int(obj["start"]),
+                   end=None if end is None else int(end), ts=int(obj["ts"]))
+
+
+def from_wire(obj: dict[str, Any]) -> CounterDowns | Excuse:
+    """A message of the flap agent's internal topic (counter downs or an excuse)."""
+    if obj.get("kind") == "excuse":
+        return Excuse.from_wire(obj)
+    return CounterDowns.from_wire(obj)
+
+
+# phys_state of a port taken down on purpose (ibportstate disable, UFM/SONiC admin down).
+DISABLED = "disabled"
+
+
 @dataclass(slots=True)
 class Episode:
     """One flap episode: when it opened, which event fired it, and what it has seen since."""
@@ -100,6 +146,8 @@ class FlapState:
     episodes: dict[str, Episode] = field(default_factory=dict)
     late_dropped: int = 0
     duplicates: int = 0
+    excused: dict[str, tuple[int, int | None]] = field(default_factory=dict)  # id -> span
+    disabled: int = 0  # downs reported Disabled, not counted
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -110,6 +158,8 @@ class FlapState:
             "marks": self.marks,
             "episodes": {k: asdict(v) for k, v in self.episodes.items()},
             "late_dropped": self.late_dropped, "duplicates": self.duplicates,
+            "excused": {k: list(v) for k, v in self.excused.items()},
+            "disabled": self.disabled,
         }
 
     @classmethod
@@ -122,10 +172,14 @@ class FlapState:
             marks=dict(obj["marks"]),
             episodes={k: Episode(**v) for k, v in obj["episodes"].items()},
             late_dropped=int(obj["late_dropped"]), duplicates=int(obj["duplicates"]),
+            # states written before excuses existed have none
+            excused={k: (int(v[0]), None if v[1] is None else int(v[1]))
+                     for k, v in obj.get("excused", {}).items()},
+            disabled=int(obj.get("disabled", 0)),
         )
 
 
-FlapInput = PortEvent | CounterDowns
+FlapInput = PortEvent | CounterDowns | Excuse
 # Episodes kept past the window for redeliveries (a redelivery comes within a commit
 # interval of the original, so a handful is plenty).
 KEEP_FIRED = 8
@@ -145,6 +199,10 @@ def effective_downs(state: FlapState) -> list[tuple[int, str]]:
         for iv_id, start, end, increase in state.intervals:
             reported = sum(1 for t in trap_ts if start < t <= end)
             downs.extend((end, f"{iv_id}#{n}") for n in range(max(0, increase - reported)))
+    if state.excused:
+        spans = list(state.excused.values())
+        downs = [d for d in downs if not any(
+            lo <= d[0] and (hi is None or d[0] <= hi) for lo, hi in spans)]
     downs.sort()
     return downs
 
@@ -155,6 +213,10 @@ def step(state: FlapState, event: FlapInput, policy: Policy) -> tuple[FlapState,
     window, max_downs, lateness = _params(policy)
     if not state.device:
         state.fabric, state.device, state.port = event.fabric, event.device, event.port
+    if isinstance(event, Excuse):
+        # Only takes downs out of the count: nothing can fire, and time does not move.
+        state.excused[event.id] = (event.start, event.end)
+        return state, []
     # A redelivered event that fired repeats its detection even if later events have since
     # moved the watermark past it (a worker killed between deciding and publishing).
     if any(ep.fired_by == event.id for ep in state.episodes.values()):
@@ -168,6 +230,9 @@ def step(state: FlapState, event: FlapInput, policy: Policy) -> tuple[FlapState,
         state.watermark = event.ts if state.watermark is None else max(state.watermark, event.ts)
         if event.state != "down":
             return state, []  # up never resets: it only advances the watermark
+        if (event.phys_state or "").lower() == DISABLED:
+            state.disabled += 1  # taken down on purpose: not the link's fault
+            return state, []
         state.fabric = event.fabric
         state.traps.append((event.ts, event.id))
         state.traps.sort()
@@ -303,6 +368,7 @@ def _prune(state: FlapState, window: int, lateness: int) -> None:
     assert state.watermark is not None  # noqa: S101 - set by step()
     horizon = state.watermark - lateness - window
     state.intervals = [iv for iv in state.intervals if iv[2] >= horizon]
+    state.excused = {k: v for k, v in state.excused.items() if v[1] is None or v[1] >= horizon}
     trap_cut = min([horizon, *(iv[1] for iv in state.intervals)])
     state.traps = [t for t in state.traps if t[0] >= trap_cut]
     live = {d for _, d in effective_downs(state)}

@@ -35,9 +35,11 @@ class Worker:
         self.log = state_dir / f"worker-{app_id}.log"
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self, ledger: bool = False) -> None:
+    def start(self, ledger: bool = False, policy: Path | None = None) -> None:
         env = {**os.environ, "FABRICWATCH_STATE_DIR": str(self.state_dir),
                "FABRICWATCH_KAFKA__BOOTSTRAP": self.bootstrap}
+        if policy is not None:
+            env["FABRICWATCH_POLICY_PATH"] = str(policy)
         start_at = self.log.stat().st_size if self.log.exists() else 0
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(

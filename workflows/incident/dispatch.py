@@ -26,7 +26,7 @@ from temporalio.service import RPCError
 
 from schemas import ContractError
 from schemas.acceptance import DEFAULT_BOUNDS, TimeBounds, accept
-from schemas.events import Incident
+from schemas.events import Incident, IncidentCause
 from schemas.topics import INCIDENTS
 from workflows.incident.models import (
     BREAKER_PREFIX,
@@ -47,6 +47,7 @@ class IncidentStats:
     finished: int = 0  # the incident's runbook had already closed: nothing to do
     invalid: int = 0
     ignored: int = 0  # another fabric's, or a breaker incident's own record
+    planned: int = 0  # inside a maintenance window: recorded by the ledger, nobody paged
 
 
 class IncidentDispatcher:
@@ -69,6 +70,12 @@ class IncidentDispatcher:
         if ev.incident.startswith(BREAKER_PREFIX) and ev.source == RUNBOOKS_SOURCE:
             # the runbooks' own breaker incident, recorded by its runbook: nothing to start
             self.stats.ignored += 1
+            return False
+        if ev.cause == IncidentCause.MAINTENANCE:
+            # planned work: whoever opened the window is on it; its detections start nothing
+            # and the ledger keeps the incident, but a page would be noise
+            self.stats.planned += 1
+            log.info("incident %s is inside maintenance (%s): not paged", ev.incident, ev.root)
             return False
         snap = IncidentSnapshot.from_event(ev)
         wf_id = incident_workflow_id(ev.fabric, ev.incident)

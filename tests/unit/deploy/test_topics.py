@@ -70,7 +70,7 @@ def test_workers_and_topics_agree_on_partitions(overlay: str, tmp_path: Path) ->
                                                                           registry.COUNTERS)
     sa = StreamsApp(settings, Policy(), ledger=False)
     internal = {sa.counter_downs.get_topic_name(): sa.n_port, sa.breaker.get_topic_name(): 1,
-                f"{sa.app.conf.id}-__assignor-__leader": 1}
+                sa.correlate.get_topic_name(): 1, f"{sa.app.conf.id}-__assignor-__leader": 1}
     for table in sa.app.tables.values():
         internal[table.changelog_topic.get_topic_name()] = table.partitions
     declared_internal = {k: v["partitions"] for k, v in declared.items()

@@ -52,3 +52,15 @@ def test_a_fresh_partition_skips_records_from_before_its_look_back() -> None:
     assert not lookback.before_start("detections-0", 10_000)
     assert not lookback.before_start("detections-0", None)  # no broker time: not judged here
     assert not lookback.before_start("detections-1", 1)  # a partition that resumed its offsets
+
+
+async def test_a_detection_of_an_incident_or_a_maintenance_window_starts_nothing() -> None:
+    disp = _dispatcher()
+    base = Detection(id="d-inc", ts=NOW, fabric="f", source="fabricwatch",
+                     device="leaf-su01-r1", port=33, detection="flap", severity="critical",
+                     action="isolate_port", episode="flap/leaf-su01-r1:33/1")
+    member = base.model_copy(update={"incident": "inc/switch_reboot/spine-1/1"})
+    assert not await disp.handle_raw(encode(member), DETECTIONS, NOW)
+    windowed = base.model_copy(update={"id": "d-mw", "maintenance": "mw-1"})
+    assert not await disp.handle_raw(encode(windowed), DETECTIONS, NOW)
+    assert disp.stats.held == 2 and disp.stats.dispatched == 0 and disp.stats.invalid == 0

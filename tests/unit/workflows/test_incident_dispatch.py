@@ -1,55 +1,27 @@
-"""The incident consumer's acceptance, without a server: what the contract refuses, another
-fabric's incidents and the runbooks' own breaker records start nothing (and reach no
-Temporal client)."""
+"""The incident consumer pages for a cause, not for planned work."""
 
 from __future__ import annotations
 
 import time
 from typing import Any
 
-import orjson
+import pytest
 
-from schemas.events import Incident, IncidentCause
-from workflows.incident.dispatch import RUNBOOKS_SOURCE, IncidentDispatcher
-from workflows.incident.models import IncidentSnapshot, alert_key
+from schemas.events import Incident
+from workflows.incident.dispatch import IncidentDispatcher
 
 
-class NoClient:
-    """Any call is a test failure: these messages must not reach Temporal."""
-
+class NoTemporal:
     def __getattr__(self, name: str) -> Any:
-        raise AssertionError(f"the client was used: {name}")
+        pytest.fail(f"Temporal was called ({name}) for an incident that pages nobody")
 
 
-def event(**kw: Any) -> Incident:
+async def test_an_incident_inside_maintenance_starts_no_incident_runbook() -> None:
     now = int(time.time() * 1000)
-    base: dict[str, Any] = dict(id="i-1", ts=now, fabric="lab", source="correlator",
-                                incident="reboot-1", cause=IncidentCause.SWITCH_REBOOT,
-                                root="spine-01", state="open", started=now - 1000,
-                                members=["spine-01:1"])
-    base.update(kw)
-    return Incident(**base)
-
-
-async def test_refused_foreign_and_own_messages_start_nothing() -> None:
-    d = IncidentDispatcher(NoClient(), task_queue="q", fabric="lab")  # type: ignore[arg-type]
-    assert not await d.handle_raw(b"{not json")
-    assert not await d.handle_raw(orjson.dumps({"kind": "detection", "id": "x"}))
-    wire = event().to_wire()
-    wire["state"] = "reopened"
-    assert not await d.handle_raw(orjson.dumps(wire))
-    assert d.stats.invalid == 3
-    assert not await d.handle(event(fabric="other"))
-    assert not await d.handle(event(incident="breaker/su01", cause=IncidentCause.BREAKER,
-                                    root="su01", source=RUNBOOKS_SOURCE))
-    assert d.stats.ignored == 2 and d.stats.delivered == 0
-
-
-def test_snapshot_and_alert_key() -> None:
-    ev = event(members=["spine-01:2", "spine-01:1"], su="su01")
-    snap = IncidentSnapshot.from_event(ev)
-    assert snap.cause == "switch_reboot" and snap.members == ["spine-01:2", "spine-01:1"]
-    assert snap.ts == ev.ts and snap.su == "su01"
-    assert alert_key("lab", "reboot-1") == "incident/lab/reboot-1"
-    long = alert_key("lab", "x" * 400)
-    assert len(long) <= 255 and long.startswith("incident/lab/sha256:")
+    planned = Incident(id="m1", ts=now, fabric="f", source="fabricwatch",
+                       incident="inc/maintenance/spine-01/1", cause="maintenance",  # type: ignore[arg-type]
+                       root="spine-01", state="open", started=now,
+                       members=["spine-01:1", "spine-01:2"])
+    dispatcher = IncidentDispatcher(NoTemporal(), task_queue="q")  # type: ignore[arg-type]
+    assert not await dispatcher.handle(planned)
+    assert dispatcher.stats.planned == 1 and dispatcher.stats.delivered == 0

@@ -1,0 +1,1 @@
+"""Incident correlation: one root cause, one incident (``logic``), and its agent."""

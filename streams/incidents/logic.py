@@ -1,0 +1,541 @@
+"""Incident correlation: downs and detections that share one cause become one incident.
+
+One state per fabric (the worker keys it by fabric on one partition; ``replay`` keeps the
+same state in memory), fed in order with the fabric's port events, detections, runbook
+action records, maintenance windows and the passing of time (``Tick``). It needs the
+fabric as cabled (``index_topology`` of the latest ``Topology`` snapshot): the peer of
+each port, each switch's connected ports and each host's rails; a snapshot taken during an
+outage lacks the links that are down, so snapshots are merged, never replaced.
+
+Causes recognised (``schemas.policy.Incidents`` holds every threshold):
+
+* ``switch_reboot`` (or power loss): ``switch_share`` of a switch's connected links (never
+  fewer than ``switch_min_ports``) go down within ``spread``. A link counts for both its
+  ends whichever end reported it, so a rebooting switch that sends nothing is found from
+  what its peers say. Root: the switch.
+* ``node_reboot``: ``node_share`` of a host's rails (at least ``node_min_rails``) down
+  within ``spread``. Root: the host (``node0042`` of ``node0042/mlx5_3``).
+* ``maintenance``: either of the above while a maintenance window covers the root (the
+  incident then names the window; ``evidence.looks_like`` says what it looked like).
+* ``sm_event``: what the stream carries of the subnet manager is its port events (source
+  ``opensm`` or ``ufm``: the log follower, UFM's events). Downs it reported on at least
+  ``sm_min_links`` links of at least ``sm_min_devices`` devices within ``spread``, with no
+  one device on more than half of them, are one SM event (a heavy sweep that drops ports
+  across the fabric, a failover). Root: the reporting SM (``opensm`` / ``ufm``). A master-SM
+  change or an SM-reported subnet error that comes without port downs is not seen: the
+  contract has no event for it (``sminfo`` output is not collected).
+
+An incident is published when it opens, when its members change and when it closes; its
+members are the port keys of both ends of every link of the root that went down while it
+was open. Its members' downs in ``[started, ended]`` are excused from the flap detector
+(``Excuse``), and a member's detection while it is open (or with a ``ts`` inside it) carries
+``incident``. A member's flap that fired before its excuse arrived, on the incident's own
+downs, is dropped (``raced_its_excuse``): the worker then agrees with replay. It closes
+once every member link is up and has stayed up for ``settle`` (or ``max_open`` after its
+last change, whatever is still down); from then on a link that goes on misbehaving is
+judged on its own, without the incident's downs.
+
+Self-inflicted downs: an ``isolate`` action record (``done``) excuses both ends of the cable
+from ``self_grace`` before it until ``self_grace`` after the ``unisolate``/``return`` record
+(or after the link first comes up again: an isolated port cannot, so someone un-isolated it);
+a ``ladder:<rung>`` record excuses the technician's work from the runbook's previous record
+(when it began to wait) to ``self_grace`` after.
+
+Maintenance windows (``schemas.Maintenance``): a detection in scope and in time carries
+``maintenance: <window>``. Scope ``device`` covers the device, its ports, a host's HCAs and
+the far ends of the device's links; ``su`` the devices of that SU; ``fabric`` everything.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from schemas import ActionRecord, Detection, Incident, Maintenance, PortEvent, Topology
+from schemas.events import IncidentCause, port_key
+from schemas.policy import Policy
+from streams.common import SOURCE
+from streams.flap.logic import DISABLED, Excuse
+
+# Sources that are the subnet manager's own view of the fabric.
+SM_SOURCES = frozenset({"opensm", "ufm"})
+# Closed incidents kept to annotate late detections (ts inside them).
+KEEP_CLOSED = 16
+WINDOW_KEEP_MS = 86_400_000  # an ended window is forgotten a day after its end
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """Time passes for ``fabric``: incidents may close.
+
+    ``replay`` ticks with each event's own time. The worker ticks every second with its
+    wall clock (``wall=True``): the fabric's clock is then its newest event time plus the
+    wall time since that event was applied, so a backlog of old events read in one burst
+    does not look settled before it has been read.
+    """
+
+    id: str
+    fabric: str
+    ts: int
+    wall: bool = False
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"kind": "tick", "id": self.id, "fabric": self.fabric, "ts": self.ts,
+                "wall": self.wall}
+
+
+CorrelatorInput = PortEvent | Detection | ActionRecord | Maintenance | Tick
+
+
+@dataclass(slots=True)
+class Outputs:
+    incidents: list[Incident]
+    excuses: list[Excuse]
+    detections: list[Detection]
+
+
+def host_of(device: str) -> str | None:
+    """The host of an HCA device (``node0042`` of ``node0042/mlx5_3``); None for a switch."""
+    return device.split("/", 1)[0] if "/" in device else None
+
+
+def index_topology(topology: Topology, previous: dict[str, Any] | None = None
+                   ) -> dict[str, Any]:
+    """What correlation needs of the cabling: peers, switch port counts, host rail counts.
+
+    A snapshot is merged into the ``previous`` index, not put in its place: a snapshot taken
+    while a switch is down lacks its links (nothing answers on them), and those are exactly
+    the links correlation must know. A port seen with another peer takes the new one.
+    """
+    peer: dict[str, str] = dict(previous["peer"]) if previous else {}
+    for link in topology.links:
+        a = port_key(link.a_device, link.a_port)
+        b = port_key(link.b_device, link.b_port)
+        for end, other in ((a, b), (b, a)):
+            old = peer.get(end)
+            if old is not None and old != other and peer.get(old) == end:
+                del peer[old]  # recabled: the old far end is no longer this port's
+            peer[end] = other
+    switch_ports: dict[str, int] = {}
+    host_links: dict[str, int] = {}
+    for key in peer:
+        device = _device_of(key)
+        host = host_of(device)
+        if host is None:
+            switch_ports[device] = switch_ports.get(device, 0) + 1
+        else:
+            host_links[host] = host_links.get(host, 0) + 1
+    return {"peer": peer, "switch_ports": switch_ports, "host_links": host_links}
+
+
+EMPTY_INDEX: dict[str, Any] = {"peer": {}, "switch_ports": {}, "host_links": {}}
+
+
+def new_state() -> dict[str, Any]:
+    return {"now": 0, "recent": {}, "sm_recent": {}, "open": {}, "closed": {},
+            "windows": {}, "isolations": {}, "wf_last": {}}
+
+
+def _device_of(key: str) -> str:
+    return key.rsplit(":", 1)[0]
+
+
+def _split(key: str) -> tuple[str, int]:
+    device, port = key.rsplit(":", 1)
+    return device, int(port)
+
+
+def _link(key: str, index: dict[str, Any]) -> tuple[str, list[str]]:
+    """(link id, its port keys) of the link a port is on; the port alone without a peer."""
+    peer = index["peer"].get(key)
+    ends = [key] if peer is None else sorted((key, peer))
+    return "~".join(ends), ends
+
+
+def _roots(ends: list[str]) -> list[tuple[str, str]]:
+    """Candidate roots of a link: ("switch", device) or ("host", host) for each end."""
+    out: list[tuple[str, str]] = []
+    for key in ends:
+        device = _device_of(key)
+        host = host_of(device)
+        root = ("switch", device) if host is None else ("host", host)
+        if root not in out:
+            out.append(root)
+    return out
+
+
+def step(state: dict[str, Any] | None, index: dict[str, Any] | None, event: CorrelatorInput,
+         policy: Policy, *, su_of: Callable[[str], str | None], wall: int | None = None
+         ) -> tuple[dict[str, Any], Outputs]:
+    """Apply one event of one fabric; returns the (mutated) state and what to publish.
+
+    ``wall``: the worker's clock when it applies the event (see ``Tick``)."""
+    st = state if state is not None else new_state()
+    idx = index if index is not None else EMPTY_INDEX
+    out = Outputs([], [], [])
+    cfg = policy.fabric_health.incidents
+    if isinstance(event, Maintenance):
+        _window(st, event)
+    elif isinstance(event, PortEvent):
+        _port_event(st, idx, event, policy, su_of, out)
+    elif isinstance(event, ActionRecord):
+        _action(st, idx, event, round(cfg.self_grace * 1000), out)
+    elif isinstance(event, Detection):
+        det = annotate(st, idx, event, su_of)
+        if not raced_its_excuse(st, det):
+            out.detections.append(det)
+    if isinstance(event, Tick) and event.wall:
+        if "wall" in st:
+            now = st["clock"] + max(0, event.ts - st["wall"])
+            _advance(st, now, event.fabric, policy, out)
+        return st, out
+    if event.ts > st.get("clock", 0):
+        st["clock"] = event.ts
+        if wall is not None:
+            st["wall"] = wall
+    _advance(st, event.ts, event.fabric, policy, out)
+    return st, out
+
+
+# -- maintenance windows ---------------------------------------------------------------
+
+
+def _window(st: dict[str, Any], msg: Maintenance) -> None:
+    fold_window(st["windows"], msg)
+
+
+def fold_window(windows: dict[str, dict[str, Any]], msg: Maintenance) -> None:
+    """Fold one message of ``fabric.maintenance`` into ``windows`` (window id -> its state
+    now, the latest message by ``ts``; an ended window ends when its end message says)."""
+    held = windows.get(msg.window)
+    if held is not None and held["ts"] > msg.ts:
+        return  # an older message of the window: the latest says its state
+    end = msg.end if msg.state == "active" else min(msg.end, max(msg.ts, msg.start))
+    windows[msg.window] = {"scope": msg.scope, "target": msg.target, "start": msg.start,
+                           "end": end, "state": msg.state, "ts": msg.ts,
+                           "exclusion": msg.exclusion, "reason": msg.reason,
+                           "actor": msg.actor, "fabric": msg.fabric,
+                           "planned_end": msg.end}
+
+
+def window_covers(w: dict[str, Any], fabric: str, device: str, port: int | None, ts: int,
+                  index: dict[str, Any], su_of: Callable[[str], str | None]) -> bool:
+    """Is ``device`` (``port``: one of its ports, or None: the device) in ``w`` at ``ts``?"""
+    if not w["start"] <= ts < w["end"]:
+        return False
+    target = w["target"]
+    if w["scope"] == "fabric":
+        return bool(target == fabric)
+    devices = [device]
+    keys = [device] if port is None else [device, port_key(device, port)]
+    if port is not None and (peer := index["peer"].get(port_key(device, port))) is not None:
+        devices.append(_device_of(peer))  # the far end of a link of the device
+        keys.append(peer)
+    if w["scope"] == "su":
+        return any(su_of(d) == target.lower() for d in devices)
+    hosts = [h for d in devices if (h := host_of(d)) is not None]
+    return target in keys or target in devices or target in hosts
+
+
+def window_of(st: dict[str, Any], index: dict[str, Any], fabric: str, device: str,
+              port: int | None, ts: int, su_of: Callable[[str], str | None]) -> str | None:
+    for wid in sorted(st["windows"]):
+        if window_covers(st["windows"][wid], fabric, device, port, ts, index, su_of):
+            return str(wid)
+    return None
+
+
+# -- incidents ---------------------------------------------------------------------------
+
+
+def _port_event(st: dict[str, Any], idx: dict[str, Any], ev: PortEvent, policy: Policy,
+                su_of: Callable[[str], str | None], out: Outputs) -> None:
+    cfg = policy.fabric_health.incidents
+    link, ends = _link(ev.key, idx)
+    for inc in st["open"].values():
+        if link in inc["links"]:
+            state = inc["links"][link]
+            if ev.ts >= state[1]:
+                inc["links"][link] = [ev.state == "down", ev.ts]
+            inc["last_change"] = max(inc["last_change"], ev.ts)
+    if ev.state == "up":
+        _back_up(st, ev, round(cfg.self_grace * 1000), out)
+    if ev.state != "down" or (ev.phys_state or "").lower() == DISABLED:
+        return  # an up only ends a down; a port disabled on purpose is no reboot
+    spread = round(cfg.spread * 1000)
+    for kind, root in _roots(ends):
+        held = next((inc for inc in st["open"].values() if inc["root"] == root), None)
+        if held is not None:
+            if link not in held["links"]:  # one more link of the root: a new member
+                held["links"][link] = [True, ev.ts]
+                _grow(st, held, ends, ev, out)
+            continue
+        recent = st["recent"].setdefault(f"{kind}:{root}", {})
+        recent[link] = [ev.ts, ends]
+        for lid in [lid for lid, (ts, _) in recent.items() if ts < ev.ts - spread]:
+            del recent[lid]
+        if _enough(kind, root, len(recent), idx, policy):
+            _open(st, idx, kind, root, recent, ev, su_of, out)
+            del st["recent"][f"{kind}:{root}"]
+    if ev.source in SM_SOURCES:
+        _sm_down(st, idx, link, ends, ev, policy, su_of, out)
+    # what can no longer join anything within the spread
+    for rkey in [k for k, v in st["recent"].items()
+                 if all(ts < ev.ts - spread for ts, _ in v.values())]:
+        del st["recent"][rkey]
+
+
+def _sm_down(st: dict[str, Any], idx: dict[str, Any], link: str, ends: list[str],
+             ev: PortEvent, policy: Policy, su_of: Callable[[str], str | None],
+             out: Outputs) -> None:
+    """A down the SM reported: one more link of an open SM event, or maybe the start of one."""
+    cfg = policy.fabric_health.incidents
+    held = next((inc for inc in st["open"].values()
+                 if inc["cause"] == IncidentCause.SM_EVENT.value and inc["root"] == ev.source),
+                None)
+    if any(link in inc["links"] for inc in st["open"].values() if inc is not held):
+        return  # explained by a switch or node incident already
+    if held is not None:
+        if link not in held["links"]:
+            held["links"][link] = [True, ev.ts]
+            _grow(st, held, ends, ev, out)
+        return
+    recent = st.setdefault("sm_recent", {})
+    recent[link] = [ev.ts, ends]
+    spread = round(cfg.spread * 1000)
+    for lid in [lid for lid, (ts, _) in recent.items() if ts < ev.ts - spread]:
+        del recent[lid]
+    if len(recent) < cfg.sm_min_links:
+        return
+    devices: dict[str, int] = {}
+    for _, keys in recent.values():
+        for device in {_device_of(k) for k in keys}:
+            devices[device] = devices.get(device, 0) + 1
+    if len(devices) < cfg.sm_min_devices or max(devices.values()) * 2 > len(recent):
+        return  # few devices, or one device holds most of it: a switch's own incident
+    _open(st, idx, "sm", ev.source, recent, ev, su_of, out)
+    st["sm_recent"] = {}
+
+
+def _enough(kind: str, root: str, downs: int, idx: dict[str, Any], policy: Policy) -> bool:
+    cfg = policy.fabric_health.incidents
+    if kind == "switch":
+        total = int(idx["switch_ports"].get(root, 0))
+        need = max(cfg.switch_min_ports, math.ceil(cfg.switch_share * total))
+        return total > 0 and downs >= need
+    total = int(idx["host_links"].get(root, 0))
+    return total >= cfg.node_min_rails and downs >= max(1, math.ceil(cfg.node_share * total))
+
+
+def _open(st: dict[str, Any], idx: dict[str, Any], kind: str, root: str,
+          recent: dict[str, Any], ev: PortEvent, su_of: Callable[[str], str | None],
+          out: Outputs) -> None:
+    started = min(ts for ts, _ in recent.values())
+    cause = {"switch": IncidentCause.SWITCH_REBOOT, "host": IncidentCause.NODE_REBOOT,
+             "sm": IncidentCause.SM_EVENT}[kind]
+    evidence: dict[str, Any] = {"links_down": len(recent), "spread_ms": ev.ts - started}
+    if kind == "sm":
+        evidence["devices"] = len({_device_of(k) for _, keys in recent.values() for k in keys})
+    else:
+        evidence["connected"] = (idx["switch_ports"] if kind == "switch"
+                                 else idx["host_links"]).get(root, 0)
+    window = window_of(st, idx, ev.fabric, root, None, started, su_of)
+    if window is not None:
+        evidence.update(looks_like=cause.value, window=window)
+        cause = IncidentCause.MAINTENANCE
+    members = sorted({key for _, ends in recent.values() for key in ends})
+    inc = {"incident": f"inc/{cause.value}/{root}/{started}", "cause": cause.value,
+           "root": root, "fabric": ev.fabric, "su": su_of(root), "started": started,
+           "last_change": ev.ts, "links": {lid: [True, ts] for lid, (ts, _) in recent.items()},
+           "members": members, "rev": 0, "evidence": evidence}
+    st["open"][inc["incident"]] = inc
+    out.incidents.append(_message(inc, "open", ev.ts))
+    out.excuses += _excuses(inc, members, ev.ts)
+
+
+def _grow(st: dict[str, Any], inc: dict[str, Any], ends: list[str], ev: PortEvent,
+          out: Outputs) -> None:
+    new = [k for k in ends if k not in inc["members"]]
+    if not new:
+        return
+    inc["members"] = sorted({*inc["members"], *new})
+    inc["rev"] += 1
+    out.incidents.append(_message(inc, "update", ev.ts))
+    out.excuses += _excuses(inc, new, ev.ts)
+
+
+def _excuses(inc: dict[str, Any], keys: list[str], ts: int,
+             end: int | None = None) -> list[Excuse]:
+    out = []
+    for key in keys:
+        device, port = _split(key)
+        out.append(Excuse(id=inc["incident"], fabric=inc["fabric"], device=device, port=port,
+                          start=inc["started"], end=end, ts=ts))
+    return out
+
+
+def _message(inc: dict[str, Any], state: str, ts: int) -> Incident:
+    return Incident(
+        id=f"{inc['incident']}/{state}/{inc['rev']}", ts=ts, fabric=inc["fabric"],
+        source=SOURCE, incident=inc["incident"], cause=IncidentCause(inc["cause"]),
+        root=inc["root"], state=state, started=inc["started"], ended=inc.get("ended"),
+        members=inc["members"], su=inc["su"], evidence=inc["evidence"],
+        reason=_reason(inc))
+
+
+def _reason(inc: dict[str, Any]) -> str:
+    ev = inc["evidence"]
+    if inc["cause"] == IncidentCause.SM_EVENT.value:
+        return (f"SM event: {inc['root']} reported {ev['links_down']} links of "
+                f"{ev['devices']} devices down within {ev['spread_ms'] / 1000:.1f} s")
+    what = {"switch_reboot": "switch reboot or power loss", "node_reboot": "node reboot"}.get(
+        ev.get("looks_like", inc["cause"]), inc["cause"])
+    text = (f"{what}: {ev['links_down']} of {ev['connected']} links of {inc['root']} down "
+            f"within {ev['spread_ms'] / 1000:.1f} s")
+    if "window" in ev:
+        text += f", in maintenance window {ev['window']}"
+    return text
+
+
+def _advance(st: dict[str, Any], ts: int, fabric: str, policy: Policy, out: Outputs) -> None:
+    """Move the fabric's clock to ``ts``; close what has settled, forget ended windows."""
+    if ts <= st["now"]:
+        return
+    st["now"] = now = ts
+    cfg = policy.fabric_health.incidents
+    settle, max_open = round(cfg.settle * 1000), round(cfg.max_open * 1000)
+    for iid in sorted(st["open"]):
+        inc = st["open"][iid]
+        if inc["fabric"] != fabric:
+            continue
+        all_up = not any(down for down, _ in inc["links"].values())
+        quiet = now - inc["last_change"]
+        if (all_up and quiet >= settle) or quiet >= max_open:
+            inc["ended"] = max(inc["started"], inc["last_change"])
+            still = sorted(lid for lid, (down, _) in inc["links"].items() if down)
+            if still:
+                inc["evidence"] = {**inc["evidence"], "still_down": still}
+            del st["open"][iid]
+            out.incidents.append(_message(inc, "closed", now))
+            out.excuses += _excuses(inc, inc["members"], now, end=inc["ended"])
+            st["closed"][iid] = {"root": inc["root"], "started": inc["started"],
+                                 "ended": inc["ended"], "members": inc["members"]}
+            for old in sorted(st["closed"], key=lambda k: st["closed"][k]["ended"])[
+                    :-KEEP_CLOSED]:
+                del st["closed"][old]
+    st["windows"] = {k: w for k, w in st["windows"].items() if w["end"] + WINDOW_KEEP_MS > now}
+    # a runbook that never returned: its wait start no longer matters a week on
+    st["wf_last"] = {k: t for k, t in st["wf_last"].items() if t + 7 * WINDOW_KEEP_MS > now}
+
+
+# -- detections --------------------------------------------------------------------------
+
+
+def _belongs(det: Detection, root: str, members: list[str]) -> bool:
+    return (det.key in members or det.device == root or host_of(det.device) == root)
+
+
+def annotate(st: dict[str, Any], idx: dict[str, Any], det: Detection,
+             su_of: Callable[[str], str | None]) -> Detection:
+    """The detection with ``incident`` / ``maintenance`` set where one covers it."""
+    update: dict[str, Any] = {}
+    if det.incident is None:
+        for iid in sorted(st["open"]):
+            inc = st["open"][iid]
+            if inc["fabric"] == det.fabric and _belongs(det, inc["root"], inc["members"]):
+                update["incident"] = iid
+                break
+        else:
+            for iid in sorted(st["closed"]):
+                c = st["closed"][iid]
+                if c["started"] <= det.ts <= c["ended"] and _belongs(det, c["root"],
+                                                                     c["members"]):
+                    update["incident"] = iid
+                    break
+    if det.maintenance is None:
+        window = window_of(st, idx, det.fabric, det.device, det.port, det.ts, su_of)
+        if window is not None:
+            update["maintenance"] = window
+    return det.model_copy(update=update) if update else det
+
+
+def raced_its_excuse(st: dict[str, Any], det: Detection) -> bool:
+    """A member's flap that counted the incident's own downs: it fired before the excuse
+    reached the flap detector (a worker reading a backlog sees the reboot's downs and the
+    bounces at once). Without those downs it is no flap, so it is not published: the same
+    answer replay gives, where the excuse always comes first."""
+    if det.detection.value != "flap" or det.incident is None:
+        return False
+    inc = st["open"].get(det.incident) or st["closed"].get(det.incident)
+    downs, limit = det.evidence.get("down_ts"), det.evidence.get("max_link_downs")
+    if inc is None or not isinstance(downs, list) or not isinstance(limit, int):
+        return False
+    ended = inc.get("ended")
+    outside = [t for t in downs if isinstance(t, int)
+               and not (inc["started"] <= t and (ended is None or t <= ended))]
+    return len(outside) <= limit
+
+
+# -- self-inflicted downs ----------------------------------------------------------------
+
+
+def _action(st: dict[str, Any], idx: dict[str, Any], rec: ActionRecord, grace: int,
+            out: Outputs) -> None:
+    wf = rec.workflow_id
+    began = st["wf_last"].get(wf, rec.ts - grace)
+    st["wf_last"][wf] = rec.ts
+    if rec.outcome != "done":
+        return
+    _, ends = _link(rec.key, idx)
+    if rec.step == "isolate":
+        eid = f"self/isolate/{wf}/{rec.key}"
+        st["isolations"][rec.key] = {"id": eid, "start": rec.ts - grace, "ends": ends}
+        out.excuses += _self(eid, rec, ends, rec.ts - grace, None)
+    elif rec.step in ("unisolate", "return"):
+        held = st["isolations"].pop(rec.key, None)
+        if held is not None:
+            out.excuses += _self(held["id"], rec, held["ends"], held["start"], rec.ts + grace)
+        if rec.step == "return":
+            st["wf_last"].pop(wf, None)
+    elif rec.step.startswith("ladder:"):
+        out.excuses += _self(f"self/{rec.step}/{wf}/{rec.key}", rec, ends, began,
+                             rec.ts + grace)
+    elif rec.step == "abort":
+        st["wf_last"].pop(wf, None)
+
+
+def _back_up(st: dict[str, Any], ev: PortEvent, grace: int, out: Outputs) -> None:
+    """A link of an isolated port came up: it is not isolated any more (un-isolated by a
+    human, say, with no record of ours), so its downs count again after the grace."""
+    for key, held in list(st["isolations"].items()):
+        if ev.key in held["ends"] and ev.ts > held["start"] + grace:
+            del st["isolations"][key]
+            out.excuses += [Excuse(id=held["id"], fabric=ev.fabric, device=d, port=p,
+                                   start=held["start"], end=ev.ts + grace, ts=ev.ts)
+                            for d, p in map(_split, held["ends"])]
+
+
+def _self(eid: str, rec: ActionRecord, ends: list[str], start: int,
+          end: int | None) -> list[Excuse]:
+    return [Excuse(id=eid, fabric=rec.fabric, device=d, port=p, start=start, end=end,
+                   ts=rec.ts) for d, p in map(_split, ends)]
+
+
+def outputs_to_wire(out: Outputs) -> list[Any]:
+    """What a redelivery needs to repeat ``out``: incidents and excuses whole, and only the
+    annotation of the detection (a detection's one output is itself, annotated)."""
+    return [[i.to_wire() for i in out.incidents], [e.to_wire() for e in out.excuses],
+            [[d.incident, d.maintenance] for d in out.detections]]
+
+
+def outputs_from_wire(obj: list[Any], event: CorrelatorInput) -> Outputs:
+    dets: list[Detection] = []
+    if isinstance(event, Detection):
+        for incident, maintenance in obj[2]:
+            update = {k: v for k, v in (("incident", incident), ("maintenance", maintenance))
+                      if v is not None}
+            dets.append(event.model_copy(update=update) if update else event)
+    return Outputs([Incident.model_validate(i) for i in obj[0]],
+                   [Excuse.from_wire(e) for e in obj[1]], dets)

@@ -1,0 +1,407 @@
+"""Incident correlation through replay: one cause, one incident, and no port runbook for it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from schemas import (
+    Action,
+    ActionRecord,
+    Counters,
+    Detection,
+    Incident,
+    Maintenance,
+    PortEvent,
+    PortSample,
+    Topology,
+    TopologyLink,
+    decode,
+    encode,
+)
+from schemas.policy import Policy
+from streams.engine import Engine
+from streams.flap.logic import Excuse, FlapState
+from streams.flap.logic import step as flap_step
+from streams.replay import replay_all
+
+BASE = 1_700_002_800_000
+S = 1000
+M = 60_000
+FABRIC = "lab"
+
+
+def topology() -> Topology:
+    """Two spines on eight leaves (spine port i <-> leaf-su01-r{i} port 33), and four hosts
+    with four rails each on leaves r1..r4 (node0N/mlx5_r <-> leaf-su01-r{r+1} port N)."""
+    links = []
+    for spine in ("spine-1", "spine-2"):
+        up = 33 if spine == "spine-1" else 34
+        for i in range(1, 9):
+            links.append(TopologyLink(a_device=f"leaf-su01-r{i}", a_port=up, b_device=spine,
+                                      b_port=i, width="4X", speed="NDR"))
+    for n in range(1, 5):
+        for r in range(4):
+            links.append(TopologyLink(a_device=f"node0{n}/mlx5_{r}", a_port=1,
+                                      b_device=f"leaf-su01-r{r + 1}", b_port=n,
+                                      width="4X", speed="NDR"))
+    links.append(TopologyLink(a_device="leaf-su02-r1", a_port=7, b_device="node09/mlx5_0",
+                              b_port=1, width="4X", speed="NDR"))
+    return Topology(id="topo", ts=BASE, fabric=FABRIC, source="ibnetdiscover", links=links)
+
+
+def down(device: str, port: int, t: int, state: str = "down", phys: str | None = None
+         ) -> PortEvent:
+    return PortEvent(id=f"pe/{device}:{port}/{t}/{state}", ts=BASE + t, fabric=FABRIC,
+                     source="opensm", device=device, port=port, state=state, phys_state=phys)
+
+
+def spine_reboot(t0: int) -> list[PortEvent]:
+    """Every link of spine-1 down within 2 s (its peers report), back within 2 min; three
+    of them bounce twice while the switch settles."""
+    out = []
+    for i in range(1, 9):
+        out.append(down(f"leaf-su01-r{i}", 33, t0 + i * 200))
+    for i in range(1, 9):
+        out.append(down(f"leaf-su01-r{i}", 33, t0 + 100 * S + i * 100, "up"))
+    for k in (1, 2):
+        for i in (2, 5, 7):
+            out.append(down(f"leaf-su01-r{i}", 33, t0 + (100 + 15 * k) * S))
+            out.append(down(f"leaf-su01-r{i}", 33, t0 + (105 + 15 * k) * S, "up"))
+    return out
+
+
+def flap(device: str, port: int, t0: int, n: int = 3, gap: int = 20 * S) -> list[PortEvent]:
+    out = []
+    for k in range(n):
+        out.append(down(device, port, t0 + k * gap))
+        out.append(down(device, port, t0 + k * gap + 2 * S, "up"))
+    return out
+
+
+def ticks(t0: int, t1: int, step: int = 10 * S) -> list[Counters]:
+    """Counters from a quiet device: the passing of time."""
+    return [Counters(id=f"tick/{t}", ts=BASE + t, fabric=FABRIC, source="perfquery",
+                     device="leaf-su01-r8", ports=[PortSample(port=1, symbol_errors=0)])
+            for t in range(t0, t1, step)]
+
+
+def run(events: list[object], policy: Policy | None = None
+        ) -> tuple[list[Detection], list[Incident], Engine]:
+    engine = Engine(policy or Policy())
+    dets: list[Detection] = []
+    incs: list[Incident] = []
+    for ev in sorted(events, key=lambda e: (0 if isinstance(e, Topology | Maintenance)
+                                            else 1, e.ts)):  # type: ignore[attr-defined]
+        for item in engine.feed_all(ev):  # type: ignore[arg-type]
+            (dets if isinstance(item, Detection) else incs).append(item)  # type: ignore[arg-type]
+    return dets, incs, engine
+
+
+def test_switch_reboot_is_one_incident_and_isolates_nothing() -> None:
+    retrained = Counters(  # a member that came back at 2X: a detection during the incident
+        id="c-2x", ts=BASE + 101 * S, fabric=FABRIC, source="perfquery",
+        device="leaf-su01-r3", ports=[PortSample(port=33, width="2X", speed="NDR")])
+    real = flap("leaf-su01-r2", 3, 30 * S)  # another switch's real flap, the same minutes
+    dets, incs, engine = run([topology(), *spine_reboot(0), retrained, *real,
+                              *ticks(0, 400 * S)])
+    assert len({i.incident for i in incs}) == 1
+    assert [i.state for i in incs] == ["open"] + ["update"] * 4 + ["closed"]
+    inc = incs[-1]  # the latest message says it all: every member
+    assert (inc.cause.value, inc.root) == ("switch_reboot", "spine-1")
+    assert len(incs[0].members) == 8  # opened at half of its links: four cables, both ends
+    assert set(inc.members) == ({f"leaf-su01-r{i}:33" for i in range(1, 9)}
+                                | {f"spine-1:{i}" for i in range(1, 9)})
+    assert inc.started == BASE + 200
+    closed = [i for i in incs if i.state == "closed"]
+    # closed once every link was up for the settle time after the last bounce's up
+    assert closed[0].ended == BASE + 135 * S
+    assert closed[0].ts >= closed[0].ended + 120 * S
+    # nothing of the spine's links isolates; its member's detection carries the incident
+    member = [d for d in dets if d.key in inc.members]
+    assert member and all(d.incident == inc.incident for d in member)
+    assert [d.detection.value for d in member] == ["degraded_link"]
+    isolating = [d for d in dets if d.action == Action.ISOLATE_PORT and d.incident is None]
+    assert [(d.detection.value, d.key) for d in isolating] == [("flap", "leaf-su01-r2:3")]
+    # the breaker counted the real flap only
+    (su,) = engine.sus.values()
+    assert sorted(su["s"]["pending"]) == ["leaf-su01-r2:3"]
+
+
+def test_after_the_incident_a_link_is_judged_on_its_own() -> None:
+    after = flap("leaf-su01-r5", 33, 300 * S, n=2)  # two downs after: not a flap alone
+    dets, incs, _ = run([topology(), *spine_reboot(0), *after, *ticks(0, 400 * S)])
+    assert [i.state for i in incs][-1] == "closed" and len({i.incident for i in incs}) == 1
+    assert not [d for d in dets if d.detection.value == "flap"]
+    # a third down after the close is a flap of its own, counting only the downs after it
+    dets, _, _ = run([topology(), *spine_reboot(0), *flap("leaf-su01-r5", 33, 300 * S),
+                      *ticks(0, 400 * S)])
+    (f,) = [d for d in dets if d.detection.value == "flap"]
+    assert f.incident is None and f.key == "leaf-su01-r5:33"
+    assert f.evidence["downs_in_window"] == 3
+    assert all(t >= BASE + 300 * S for t in f.evidence["down_ts"])
+
+
+def test_without_correlation_the_same_reboot_would_isolate() -> None:
+    # the control: the same downs with no topology have no switch to correlate to
+    dets, incs, _ = run([*spine_reboot(0), *ticks(0, 400 * S)])
+    assert not incs
+    assert {d.key for d in dets if d.detection.value == "flap"} == {
+        "leaf-su01-r2:33", "leaf-su01-r5:33", "leaf-su01-r7:33"}
+
+
+def test_node_reboot_is_one_incident_naming_the_node() -> None:
+    events: list[object] = [topology()]
+    for r in range(4):  # every rail of node02 down together (the leaves report)
+        events.append(down(f"leaf-su01-r{r + 1}", 2, 10 * S + r * 50))
+        events.append(down(f"leaf-su01-r{r + 1}", 2, 70 * S + r * 50, "up"))
+        events.append(down(f"leaf-su01-r{r + 1}", 2, 80 * S + r * 50))
+        events.append(down(f"leaf-su01-r{r + 1}", 2, 85 * S + r * 50, "up"))
+        events.append(down(f"leaf-su01-r{r + 1}", 2, 90 * S + r * 50))
+        events.append(down(f"leaf-su01-r{r + 1}", 2, 95 * S + r * 50, "up"))
+    stale = Detection(id="det:stale/node02/mlx5_1:0/1", ts=BASE + 20 * S, fabric=FABRIC,
+                      source="fabricwatch", device="node02/mlx5_1", port=0,
+                      detection="stale", severity="warning", action="ticket",
+                      episode="stale/node02/mlx5_1:0/1")
+    dets, incs, _ = run([*events, *ticks(0, 300 * S)])
+    assert len({i.incident for i in incs}) == 1
+    inc = incs[-1]
+    assert (inc.cause.value, inc.root) == ("node_reboot", "node02")
+    assert len(inc.members) == 8
+    assert not [d for d in dets if d.detection.value == "flap"]
+    # a detection of one of its HCAs while it is open carries it
+    engine = Engine(Policy())
+    for ev in sorted(events, key=lambda e: (0 if isinstance(e, Topology) else 1,
+                                            e.ts)):  # type: ignore[attr-defined]
+        engine.feed_all(ev)  # type: ignore[arg-type]
+    (annotated,) = engine.correlate(stale)  # what the worker does with a new detection
+    assert isinstance(annotated, Detection) and annotated.incident == inc.incident
+    # one rail of four down is not a node reboot
+    _, incs, _ = run([topology(), down("leaf-su01-r1", 3, 0)])
+    assert not incs
+
+
+def test_flap_in_a_maintenance_window_is_recorded_and_starts_nothing() -> None:
+    window = Maintenance(id="mw-1", ts=BASE, fabric=FABRIC, source="fabricwatch",
+                         window="mw-1", scope="device", target="leaf-su02-r1", start=BASE,
+                         end=BASE + 2 * 3600 * S, reason="optics swap", actor="alice")
+    inside = flap("leaf-su02-r1", 7, 60 * S)
+    outside = flap("leaf-su01-r2", 3, 60 * S)
+    dets, incs, engine = run([topology(), window, *inside, *outside])
+    assert not incs
+    by_key = {d.key: d for d in dets}
+    assert by_key["leaf-su02-r1:7"].maintenance == "mw-1"
+    assert by_key["leaf-su02-r1:7"].action == Action.ISOLATE_PORT  # recorded as it was
+    assert by_key["leaf-su01-r2:3"].maintenance is None
+    (su,) = [v["s"] for k, v in engine.sus.items()]
+    assert "leaf-su02-r1:7" not in su["pending"]  # the breaker never saw it as a request
+    # the far end of a link of the device is in scope too; after the end nothing is
+    far = flap("node09/mlx5_0", 1, 60 * S)
+    late = flap("leaf-su02-r1", 7, 3 * 3600 * S)
+    dets, _, _ = run([topology(), window, *far])
+    assert [d.maintenance for d in dets] == ["mw-1"]
+    dets, _, _ = run([topology(), window, *late])
+    assert [d.maintenance for d in dets] == [None]
+    # ended early: the window no longer covers what comes after its end message
+    ended = window.model_copy(update={"id": "mw-1/end", "ts": BASE + 30 * S,
+                                      "state": "ended"})
+    dets, _, _ = run([topology(), window, ended, *inside])
+    assert [d.maintenance for d in dets] == [None]
+
+
+def test_a_reboot_in_a_maintenance_window_is_the_maintenance() -> None:
+    window = Maintenance(id="mw-2", ts=BASE, fabric=FABRIC, source="fabricwatch",
+                         window="mw-2", scope="device", target="spine-1", start=BASE,
+                         end=BASE + 3600 * S, reason="firmware upgrade", actor="bob")
+    _, incs, _ = run([topology(), window, *spine_reboot(10 * S)])
+    inc = incs[0]
+    assert inc.cause.value == "maintenance" and inc.root == "spine-1"
+    assert inc.evidence["looks_like"] == "switch_reboot" and inc.evidence["window"] == "mw-2"
+
+
+def isolate_record(step: str, t: int, outcome: str = "done") -> ActionRecord:
+    return ActionRecord(id=f"act/{step}/{t}", ts=BASE + t, fabric=FABRIC, source="fabricwatch",
+                        device="leaf-su01-r1", port=1, workflow_id="remediate/lab/x",
+                        step=step, actor="fabricwatch", outcome=outcome)
+
+
+def test_self_inflicted_downs_are_not_flaps() -> None:
+    # isolated (the port reports Disabled, its peer just down), the technician reseats twice
+    events: list[object] = [topology(), isolate_record("isolate", 0),
+                            down("leaf-su01-r1", 1, 500, phys="Disabled"),
+                            down("node01/mlx5_0", 1, 600), isolate_record("ticket", 5 * S),
+                            down("node01/mlx5_0", 1, 60 * S, "up"),
+                            down("node01/mlx5_0", 1, 61 * S),
+                            down("node01/mlx5_0", 1, 90 * S, "up"),
+                            down("node01/mlx5_0", 1, 91 * S),
+                            isolate_record("ladder:clean-and-reseat", 95 * S),
+                            isolate_record("unisolate", 100 * S),
+                            down("leaf-su01-r1", 1, 101 * S, "up")]
+    dets, incs, _ = run(events)
+    assert not dets and not incs
+    # the same downs with no runbook records are a flap
+    plain = [e for e in events if not isinstance(e, ActionRecord)]
+    dets, _, _ = run(plain)
+    assert [d.key for d in dets] == ["node01/mlx5_0:1"]
+    # a down after the un-isolation's grace counts again
+    more = [*events, *flap("node01/mlx5_0", 1, 200 * S)]
+    dets, _, _ = run(more)
+    assert [(d.key, d.evidence["downs_in_window"]) for d in dets] == [("node01/mlx5_0:1", 3)]
+
+
+def test_replay_cli_prints_incidents(tmp_path: Path) -> None:
+    src = tmp_path / "history.jsonl"
+    events = [topology(), *spine_reboot(0), *ticks(0, 400 * S)]
+    src.write_bytes(b"".join(encode(e) + b"\n" for e in events))  # type: ignore[arg-type]
+    cli = [str(Path(sys.executable).parent / "fabricwatch")]
+    proc = subprocess.run([*cli, "replay", str(src)], capture_output=True, check=False,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    out = [decode(x) for x in proc.stdout.splitlines()]
+    incs = [o for o in out if isinstance(o, Incident)]
+    assert [i.state for i in incs] == ["open"] + ["update"] * 4 + ["closed"]
+    raw = proc.stdout.splitlines()[0]
+    for field in (b'"kind":"incident"', b'"incident":', b'"cause":"switch_reboot"',
+                  b'"root":"spine-1"', b'"members":'):
+        assert field in raw
+    assert b"6 incident message(s)" in proc.stderr
+
+
+def test_replay_all_is_deterministic() -> None:
+    events = [topology(), *spine_reboot(0), *flap("leaf-su01-r2", 3, 0), *ticks(0, 400 * S)]
+    lines = [encode(e) for e in events]  # type: ignore[arg-type]
+    a = [encode(x) for x in replay_all(lines, Policy(), on_error=None)]
+    b = [encode(x) for x in replay_all(lines, Policy(), on_error=None)]
+    assert a == b and any(b'"kind":"incident"' in x for x in a)
+
+
+@settings(max_examples=60, deadline=None)
+@given(downs=st.lists(st.integers(min_value=0, max_value=600_000), min_size=1, max_size=12),
+       start=st.integers(min_value=0, max_value=600_000),
+       length=st.integers(min_value=0, max_value=600_000))
+def test_excused_downs_never_count(downs: list[int], start: int, length: int) -> None:
+    """Whatever the order of downs and excuse, a flap counts only downs outside it."""
+    policy = Policy()
+    ex = Excuse(id="inc/x", fabric=FABRIC, device="d", port=1, start=BASE + start,
+                end=BASE + start + length, ts=BASE)
+    outside = sorted(t for t in downs if not start <= t <= start + length)
+    state = FlapState()
+    fired = []
+    _, _ = flap_step(state, ex, policy)
+    for i, t in enumerate(sorted(downs)):
+        _, dets = flap_step(state, PortEvent(id=f"e{i}", ts=BASE + t, fabric=FABRIC,
+                                             source="opensm", device="d", port=1,
+                                             state="down"), policy)
+        fired += dets
+    # 30 min window, more than 2 downs: with at most 10 min of downs, the third outside fires
+    assert bool(fired) == (len(outside) > 2)
+    assert FlapState.from_json(state.to_json()) == state
+
+
+def test_the_worker_clock_is_event_time_plus_the_wall_time_since() -> None:
+    """A backlog read in one burst is not settled until settle has passed on the wall."""
+    from streams.incidents import logic
+
+    policy = Policy()
+    index = logic.index_topology(topology())
+    state = None
+    wall = 5_000_000_000_000  # the worker's clock: far ahead of these old events
+    for ev in spine_reboot(0):
+        state, _ = logic.step(state, index, ev, policy, su_of=lambda d: None, wall=wall)
+    assert state is not None and len(state["open"]) == 1
+    _, out = logic.step(state, index, logic.Tick("t1", FABRIC, wall + 60 * S, wall=True),
+                        policy, su_of=lambda d: None)
+    assert not out.incidents  # 60 s on the wall after the last up: not settled yet
+    _, out = logic.step(state, index, logic.Tick("t2", FABRIC, wall + 121 * S, wall=True),
+                        policy, su_of=lambda d: None)
+    assert [i.state for i in out.incidents] == ["closed"]
+    assert out.incidents[0].ended == BASE + 135 * S
+
+
+def test_an_sm_storm_across_the_fabric_is_one_sm_event() -> None:
+    # twenty leaves with eight hosts each; one cable of each drops in the same sweep
+    links = [TopologyLink(a_device=f"leaf-su02-r{leaf}", a_port=h + 1,
+                          b_device=f"n{leaf:02d}{h}/mlx5_{r}", b_port=1)
+             for leaf in range(20) for h in range(8) for r in range(2)
+             if r == 0 or h == 0]
+    topo = Topology(id="sm-topo", ts=BASE, fabric=FABRIC, source="ibnetdiscover", links=links)
+
+    def sweep(source: str) -> list[PortEvent]:
+        return [PortEvent(id=f"sm/{source}/{leaf}", ts=BASE + 10 * S + leaf * 50,
+                          fabric=FABRIC, source=source, device=f"leaf-su02-r{leaf}",
+                          port=3, state="down", reason="ACTIVE -> DOWN")
+                for leaf in range(20)]
+
+    _, incs, _ = run([topo, *sweep("opensm")])
+    assert len({i.incident for i in incs}) == 1
+    inc = incs[-1]
+    assert (inc.cause.value, inc.root) == ("sm_event", "opensm")
+    assert len(inc.members) == 40  # opened at the 16th link (its reason says so), then grew
+    assert "16 links of 32 devices" in (incs[0].reason or "")
+    # the same downs from the hosts' own agents are not the SM's word: no SM event
+    _, incs, _ = run([topo, *sweep("sysfs")])
+    assert not incs
+    # and a switch's own downs reported by the SM are that switch's reboot, not an SM event
+    _, incs, _ = run([topology(), *spine_reboot(0)])
+    assert {i.cause.value for i in incs} == {"switch_reboot"}
+
+
+def test_an_isolation_undone_by_hand_stops_excusing_at_the_link_up() -> None:
+    # isolated by fabricwatch, un-isolated by a human (no record of ours): its link comes up,
+    # and from then on its downs count again
+    events: list[object] = [topology(), isolate_record("isolate", 0),
+                            down("leaf-su01-r1", 1, 500, phys="Disabled"),
+                            down("leaf-su01-r1", 1, 60 * S, "up"),
+                            *flap("node01/mlx5_0", 1, 120 * S)]
+    dets, _, _ = run(events)
+    assert [(d.key, d.evidence["downs_in_window"]) for d in dets] == [("node01/mlx5_0:1", 3)]
+
+
+def test_a_snapshot_taken_during_the_reboot_does_not_forget_its_links() -> None:
+    # the discovery during the outage finds none of spine-1's links; the reboot's downs that
+    # come after it must still be the spine's, and its ups must still close the incident
+    during = Topology(id="topo-during", ts=BASE + 1000, fabric=FABRIC, source="ibnetdiscover",
+                      links=[link for link in topology().links
+                             if "spine-1" not in (link.a_device, link.b_device)])
+    events = spine_reboot(0)
+    stream = [topology(), *events[:4], during, *events[4:], *ticks(0, 400 * S)]
+    engine = Engine(Policy())
+    incs = [o for ev in stream for o in engine.feed_all(ev)  # type: ignore[arg-type]
+            if isinstance(o, Incident)]
+    assert len({i.incident for i in incs}) == 1
+    assert incs[-1].state == "closed" and len(incs[-1].members) == 16
+    # a port seen with another peer takes the new one, and the old far end forgets it
+    from streams.incidents.logic import index_topology
+
+    moved = Topology(id="topo-moved", ts=BASE, fabric=FABRIC, source="ibnetdiscover",
+                     links=[TopologyLink(a_device="leaf-su01-r1", a_port=33,
+                                         b_device="spine-2", b_port=9)])
+    index = index_topology(moved, index_topology(topology()))
+    assert index["peer"]["leaf-su01-r1:33"] == "spine-2:9"
+    assert "spine-1:1" not in index["peer"]
+    assert index["switch_ports"]["spine-1"] == 7 and index["switch_ports"]["spine-2"] == 9
+
+
+def test_a_member_flap_that_raced_its_excuse_is_not_published() -> None:
+    # a worker reading a backlog: the flap detector judged the reboot's downs before the
+    # correlator's excuse reached it; the correlator does not publish that flap
+    engine = Engine(Policy())
+    for ev in [topology(), *spine_reboot(0)[:8]]:
+        engine.feed_all(ev)
+
+    def flap_of(downs: list[int]) -> Detection:
+        return Detection(id=f"det:flap/leaf-su01-r2:33/{downs[-1]}", ts=BASE + downs[-1],
+                         fabric=FABRIC, source="fabricwatch", device="leaf-su01-r2", port=33,
+                         detection="flap", severity="critical", action="isolate_port",
+                         episode=f"flap/leaf-su01-r2:33/{downs[-1]}",
+                         evidence={"down_ts": [BASE + t for t in downs],
+                                   "max_link_downs": 2, "downs_in_window": len(downs)})
+
+    assert engine.correlate(flap_of([400, 115 * S, 130 * S])) == []
+    # one that also counts three downs of its own before the reboot is a flap all the same
+    (kept,) = engine.correlate(flap_of([-90 * S, -60 * S, -30 * S, 400]))
+    assert isinstance(kept, Detection) and kept.incident is not None
