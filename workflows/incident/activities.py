@@ -4,13 +4,15 @@ abort on to every member's runbook. The notifier and the Temporal client are inj
 
 from __future__ import annotations
 
+import logging
+
 from temporalio import activity
 from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from schemas.events import Incident
+from schemas.events import ActionRecord, Incident
 from workflows.adapters.base import AdapterRejected, RecordSink
 from workflows.adapters.notify import Alert, Notifier
 from workflows.incident.models import (
@@ -33,6 +35,7 @@ from workflows.incident.models import (
 from workflows.remediation.models import AbortRequest, Approval
 
 WORKFLOW_TYPE = "IncidentRunbook"
+log = logging.getLogger(__name__)
 
 
 class IncidentActivities:
@@ -57,8 +60,29 @@ class IncidentActivities:
         except AdapterRejected as exc:
             raise ApplicationError(str(exc), type="AdapterRejected", non_retryable=True
                                    ) from None
-        return NotifyResult(receivers=[d.receiver for d in deliveries],
-                            refs=[d.ref for d in deliveries])
+        receivers = [d.receiver for d in deliveries]
+        await self._record_page(alert, receivers)
+        return NotifyResult(receivers=receivers, refs=[d.ref for d in deliveries])
+
+    async def _record_page(self, alert: Alert, receivers: list[str]) -> None:
+        """Who was told, in the ledger: a ``page`` record on the incident's root (port 0),
+        its workflow id the incident's id, so the report names who is paged. Only after a
+        receiver accepted the alert; a record that cannot be written is logged, and the
+        alert (already delivered) is not sent again for it."""
+        incident = alert.labels.get("incident")
+        root = alert.labels.get("root")
+        if self.records is None or alert.kind != "incident" or not incident or not root:
+            return
+        record = ActionRecord(
+            id=f"{incident}/page/{alert.action}/{alert.ts_ms}", ts=alert.ts_ms,
+            fabric=alert.fabric, source="fabricwatch", device=root, port=0,
+            workflow_id=incident, step="page", actor="fabricwatch", outcome="done",
+            note=f"{alert.action} to {', '.join(receivers) or 'no receiver'}: {alert.summary}"[
+                :1000])
+        try:
+            await self.records.write([record])
+        except Exception as exc:  # noqa: BLE001 - the page went out; its record is secondary
+            log.warning("incident %s: the page was sent but not recorded: %s", incident, exc)
 
     @activity.defn(name="incident_record")
     async def record(self, inp: RecordIncidentInput) -> RecordIncidentResult:

@@ -99,7 +99,7 @@ async def test_one_page_for_fifty_ports_update_ack_resolve(
     members = [f"spine-07:{i}" for i in range(1, 51)]
     dispatcher = IncidentDispatcher(client, task_queue=task_queue, config=CFG)
     async with incident_worker(client, task_queue, alerts, FileFabric(tmp_path),
-                               ticket_server):
+                               ticket_server) as sink:
         opened = incident_event(fab, inc, "open", members)
         assert await dispatcher.handle(opened)
         handle = client.get_workflow_handle_for(IncidentRunbook.run, incident_workflow_id(fab, inc))
@@ -139,6 +139,11 @@ async def test_one_page_for_fifty_ports_update_ack_resolve(
         assert not await dispatcher.handle(closed)
         assert dispatcher.stats.finished == 2
         assert len(alerts_of(alerts, key)) == 4
+        # who was told is in the ledger: a page record per delivered message, on the root
+        told = [a for a in sink.actions() if a.workflow_id == inc and a.step == "page"]
+        assert [(a.device, a.port, a.note.split(" ")[0]) for a in told] == [
+            ("spine-07", 0, act) for act in ("trigger", "update", "acknowledge", "resolve")]
+        assert all(a.outcome == "done" and "file" in (a.note or "") for a in told)
 
 
 async def test_a_human_close_resolves(wf_env: WorkflowEnvironment, tmp_path: Path,
