@@ -35,7 +35,7 @@ from benchmarks.streams_bench import WorkerProc, broker  # noqa: E402
 from schemas import PortEvent, encode  # noqa: E402
 
 MODES = {
-    "shipped": {},  # static membership, session 10 s, heartbeat 3 s (fabricwatch.settings)
+    "shipped": {},  # static membership, session 10 s, heartbeat 3 s (runtime.settings)
     "faust_defaults": {"FABRICWATCH_STREAMS__INSTANCE_ID": "",
                        "FABRICWATCH_STREAMS__SESSION_TIMEOUT_S": "60",
                        "FABRICWATCH_STREAMS__HEARTBEAT_INTERVAL_S": "3"},

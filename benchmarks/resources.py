@@ -180,9 +180,9 @@ async def lags(bootstrap: str, groups: dict[str, str]) -> dict[str, int]:
 
 
 def run(args: argparse.Namespace, state: Path) -> dict[str, Any]:
-    from fabricwatch.settings import KafkaSettings, LedgerSettings, Settings, TemporalSettings
     from fabricwatch.stack import LocalStack
     from fabricwatch.stack_config import free_ports
+    from runtime.settings import KafkaSettings, LedgerSettings, Settings, TemporalSettings
     from sim.topology import generate
 
     fabric = generate(args.preset)

@@ -118,9 +118,9 @@ def main() -> None:
         figures = asyncio.run(_phases(args, args.bootstrap, gen))
         figures["broker"] = "external"
     else:
-        from fabricwatch.settings import KafkaSettings, Settings
         from fabricwatch.stack import LocalStack
         from fabricwatch.stack_config import free_ports
+        from runtime.settings import KafkaSettings, Settings
 
         with tempfile.TemporaryDirectory(prefix="fw-simbench-") as tmp:
             port, cport = free_ports(2)

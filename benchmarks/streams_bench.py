@@ -54,9 +54,9 @@ def broker(bootstrap: str | None, state: Path) -> Iterator[str]:
     if bootstrap:
         yield bootstrap
         return
-    from fabricwatch.settings import KafkaSettings, Settings
     from fabricwatch.stack import LocalStack
     from fabricwatch.stack_config import free_ports
+    from runtime.settings import KafkaSettings, Settings
 
     a, b = free_ports(2)
     settings = Settings(state_dir=state / "stack", kafka=KafkaSettings(port=a, controller_port=b))

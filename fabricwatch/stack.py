@@ -43,7 +43,6 @@ from typing import Any, Literal, Self, TypeVar
 from fabricwatch.procs import die_with_parent as _die_with_parent
 from fabricwatch.procs import group_members as _group_members
 from fabricwatch.procs import proc_stat as _proc_stat
-from fabricwatch.settings import Settings
 from fabricwatch.stack_config import (
     KAFKA_HOME,
     MIN_JAVA,
@@ -61,6 +60,7 @@ from fabricwatch.stack_config import (
     temporal_server_args,
     topic_partitions,
 )
+from runtime.settings import Settings
 
 SERVICES: tuple[str, ...] = ("kafka", "temporal")
 ServiceName = Literal["kafka", "temporal"]

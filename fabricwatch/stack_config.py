@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-from fabricwatch.settings import KafkaSettings, Settings, TemporalSettings
+from runtime.settings import KafkaSettings, Settings, TemporalSettings
 from schemas.topics import ALL_TOPICS
 
 # The repository's deploy/kafka folder: pom.xml, config templates, and libs/ once fetched.

@@ -17,7 +17,7 @@ from ledger.base import Ledger, LedgerBase, LedgerError
 from ledger.rows import to_rows
 
 if TYPE_CHECKING:  # the ledger imports only schemas at run time (ARCHITECTURE.md layout)
-    from fabricwatch.settings import Settings
+    from runtime.settings import Settings
 
 
 def open_ledger(settings: Settings, *, migrate: bool = True) -> LedgerBase:

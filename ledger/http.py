@@ -68,8 +68,8 @@ from ledger.migrations import strip_comments
 from ledger.native import NativeError, engine_settings, header_block, relayout
 
 if TYPE_CHECKING:
-    from fabricwatch.settings import Settings
     from ledger.server import ServerLedger
+    from runtime.settings import Settings
 
 ENDPOINT_FILE = "ledger-endpoint.json"
 MAX_BODY = 1 << 30  # 1 GiB: a runaway client gets a clear error, not an OOM

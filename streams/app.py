@@ -43,8 +43,8 @@ from typing import Any
 
 import faust
 
-from fabricwatch import metrics
-from fabricwatch.settings import Settings
+from runtime import metrics
+from runtime.settings import Settings
 from schemas import (
     Action,
     ContractError,

@@ -28,9 +28,9 @@ import pytest
 # (the editable install's finder comes after the path's).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fabricwatch.settings import KafkaSettings, Settings, TemporalSettings  # noqa: E402
 from fabricwatch.stack import LocalStack, StackError  # noqa: E402
 from fabricwatch.stack_config import free_ports  # noqa: E402
+from runtime.settings import KafkaSettings, Settings, TemporalSettings  # noqa: E402
 
 _REPO = Path(__file__).resolve().parents[1]
 _BESIDE = str(_REPO.parent / "shared")  # repo-guard: the path this hook refuses

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import SecretStr
 
-from fabricwatch.settings import SecretFileError, Settings, read_secret
+from runtime.settings import SecretFileError, Settings, read_secret
 from schemas.policy import CheckCommand
 from workflows.adapters.base import Checker, Controller, EvidenceSource, NodeFencer, RecordSink
 from workflows.adapters.notify import Notifier

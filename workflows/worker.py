@@ -17,7 +17,7 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Worker
 
-from fabricwatch.settings import Settings
+from runtime.settings import Settings
 from workflows.audit import AuditActivities, TopologyAudit
 from workflows.budget.activities import BudgetActivities
 from workflows.budget.workflows import IsolationBudget

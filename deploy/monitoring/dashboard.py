@@ -1,6 +1,6 @@
 """Build ``fabricwatch-dashboard.json``: the Grafana dashboard of the workers and the ledger.
 
-Worker panels read Prometheus (the series of fabricwatch/metrics.py); ledger panels read
+Worker panels read Prometheus (the series of runtime/metrics.py); ledger panels read
 ClickHouse through Grafana's ClickHouse plugin (grafana-clickhouse-datasource, user
 ``grafana``, read-only) with the analysts' cookbook queries from ``sql/queries`` — the same
 SQL ``fabricwatch ledger query`` runs — their ``{name:Type}`` parameters turned into the

@@ -21,7 +21,7 @@ from typing import Any
 import click
 
 from collectors.live.host_agent import AgentConfig, AgentError, HostAgent, run_agent
-from fabricwatch.settings import load_settings
+from runtime.settings import load_settings
 from schemas import encode
 
 
@@ -67,13 +67,13 @@ def agent(sysfs_root: Path, host: str | None, interval: float, ethtool: str, onc
             asyncio.run(_publish_once(settings.kafka.bootstrap_servers, events))
         raise SystemExit(1 if host_agent.last_errors else 0)
 
-    from fabricwatch.metrics import collector_round
+    from runtime.metrics import collector_round
 
     def on_round(ok: int, failed: int, elapsed_s: float) -> None:
         collector_round("host_agent", published=ok, failed=failed, elapsed_s=elapsed_s)
 
     if settings.metrics_port is not None:
-        from fabricwatch.metrics import start_metrics_server
+        from runtime.metrics import start_metrics_server
 
         start_metrics_server(settings.metrics_port)
 

@@ -29,7 +29,7 @@ from fabricwatch.audit.k8s import DEFAULT_INFRA_NAMESPACES
 from schemas import Severity
 
 if TYPE_CHECKING:
-    from fabricwatch.settings import Settings
+    from runtime.settings import Settings
 
 _FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
 _PATH = click.Path(exists=True, path_type=Path)
@@ -133,7 +133,7 @@ def audit(opensm: Path | None, partitions: Path | None, k8s_paths: tuple[Path, .
     """
     settings: Settings | None = None
     if use_ledger:
-        from fabricwatch.settings import load_settings
+        from runtime.settings import load_settings
 
         settings = load_settings()
     resweep_source = "--resweep-s"

@@ -20,10 +20,10 @@ import click
 import orjson
 
 from fabricwatch.commands.ledger import _opened, render
-from fabricwatch.settings import load_settings
 from ledger.baselines import PROBES, BaselineError, PinnedBaseline, current, healthy_median
 from ledger.baselines import pin as pin_baseline
 from ledger.baselines import unpin as unpin_baseline
+from runtime.settings import load_settings
 from schemas.policy import parse_duration_s
 
 MIN_RUNS = 3  # fewer healthy runs than this are not a baseline

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from fabricwatch.settings import load_settings
+from runtime.settings import load_settings
 
 
 @click.command("demo")

@@ -11,7 +11,7 @@ resource failed.
 
 ``consume gnmic --topic T`` reads gnmic's Kafka output (``collectors.live.consume_gnmic``).
 
-Both export the collector metrics (``fabricwatch.metrics.collector_round``, collectors
+Both export the collector metrics (``runtime.metrics.collector_round``, collectors
 ``ufm`` and ``gnmic``) on ``settings.metrics_port``. Exit 2 on bad input.
 """
 
@@ -32,7 +32,7 @@ from collectors.live.consume_gnmic import ConsumeStats, GnmicConsumer
 from collectors.live.poll_ufm import UfmConfig, UfmPoller, UfmReport
 from collectors.publish import Publisher
 from fabricwatch.commands.poll import poll
-from fabricwatch.settings import SecretFileError, load_settings, read_secret
+from runtime.settings import SecretFileError, load_settings, read_secret
 from schemas.topics import BY_NAME
 
 _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
@@ -40,7 +40,7 @@ _BOOTSTRAP = re.compile(r"^[A-Za-z0-9.\[\]:-]+:\d{1,5}(,[A-Za-z0-9.\[\]:-]+:\d{1
 
 
 def _ufm_report(rep: UfmReport) -> None:
-    from fabricwatch.metrics import collector_round
+    from runtime.metrics import collector_round
 
     collector_round("ufm", published=rep.total, failed=len(rep.failed), elapsed_s=rep.elapsed_s)
     click.echo(json.dumps({"ts": rep.ts, "published": rep.published, "failed": rep.failed,
@@ -100,7 +100,7 @@ def ufm(url: str, telemetry_url: str | None, user: str | None, tz: str, every: f
     if telemetry_url is None:
         logging.warning("no --telemetry-url: UFM port counters are not read")
     if settings.metrics_port is not None and not once:
-        from fabricwatch.metrics import start_metrics_server
+        from runtime.metrics import start_metrics_server
 
         start_metrics_server(settings.metrics_port)
 
@@ -162,10 +162,10 @@ def gnmic(topic: str, group: str | None, bootstrap: str | None) -> None:
     settings = load_settings()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     from collectors.gnmic_map import GnmicMapper
-    from fabricwatch.metrics import dead_lettered
+    from runtime.metrics import dead_lettered
 
     if settings.metrics_port is not None:
-        from fabricwatch.metrics import start_metrics_server
+        from runtime.metrics import start_metrics_server
 
         start_metrics_server(settings.metrics_port)
 
@@ -191,7 +191,7 @@ def gnmic(topic: str, group: str | None, bootstrap: str | None) -> None:
 
 async def export_stats(stats: ConsumeStats, stop: asyncio.Event, every_s: float = 5.0) -> None:
     """The consumer's totals as collector metrics; a round only while it reads the topic."""
-    from fabricwatch.metrics import collector_round
+    from runtime.metrics import collector_round
 
     seen = (0, 0, 0)
     while not stop.is_set():

@@ -18,7 +18,7 @@ from typing import Any
 import click
 
 from fabricwatch.commands.runbook import _client, _default_actor, _fail, _hard_exit, _run
-from fabricwatch.settings import Settings, load_settings
+from runtime.settings import Settings, load_settings
 from schemas import dumps
 
 

@@ -20,7 +20,7 @@ from collectors.formats import FORMATS, MAX_INPUT_BYTES, IngestOptions, parse_in
 from collectors.ibnetdiscover import parse_nodes
 from collectors.lidmap import LidMap
 from collectors.publish import Publisher
-from fabricwatch.settings import Settings, load_settings
+from runtime.settings import Settings, load_settings
 from schemas import dumps, ts_to_ms
 from schemas.events import Event
 

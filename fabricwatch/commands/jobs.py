@@ -19,8 +19,8 @@ import click
 import orjson
 
 from fabricwatch.commands.ledger import _opened, render
-from fabricwatch.settings import load_settings
 from ledger import jobs as ledger_jobs
+from runtime.settings import load_settings
 from schemas import ts_to_ms
 from schemas.policy import parse_duration_s
 from streams.topology.jobpaths import held_window, job_impact, job_paths, jobs_on_port

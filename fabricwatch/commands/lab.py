@@ -23,7 +23,7 @@ import click
 
 from collectors.live.tools import check_arg
 from fabricwatch.lab import COUNTER_NAME, LabError, LabStack
-from fabricwatch.settings import Settings, load_settings
+from runtime.settings import Settings, load_settings
 
 TOOLS = ("ibnetdiscover", "iblinkinfo", "perfquery", "ibqueryerrors", "ibportstate",
          "smpquery", "saquery", "ibroute", "ibswitches", "ibhosts", "sminfo", "ibaddr",
@@ -73,7 +73,7 @@ def lab() -> None:
 def up(ctx: click.Context, topology: Path, timeout: float, use_m_key: bool,
        m_key_protection: int) -> None:
     """Start ibsim with TOPOLOGY and opensm against it."""
-    from fabricwatch.settings import SecretFileError, read_secret
+    from runtime.settings import SecretFileError, read_secret
 
     stack = _lab(ctx)
     m_key = None

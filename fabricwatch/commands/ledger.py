@@ -23,9 +23,9 @@ from urllib.parse import urlsplit
 import click
 import orjson
 
-from fabricwatch.settings import Settings, load_settings
 from ledger.base import LedgerBase, LedgerError
 from ledger.queries import cookbook, params_for
+from runtime.settings import Settings, load_settings
 from schemas import ContractError
 
 

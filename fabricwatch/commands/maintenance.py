@@ -29,7 +29,7 @@ from typing import Any, NoReturn
 import click
 import orjson
 
-from fabricwatch.settings import Settings, load_settings
+from runtime.settings import Settings, load_settings
 from schemas import ContractError, Maintenance
 from schemas.acceptance import accept
 from schemas.events import check_device

@@ -21,11 +21,11 @@ from collectors.live.poll_ibdiags import IbdiagsPoller, PollConfig, PollReport
 from collectors.live.tools import ToolRunner, check_arg
 from collectors.publish import Publisher
 from fabricwatch.lab import LabError, LabStack
-from fabricwatch.settings import load_settings
+from runtime.settings import load_settings
 
 
 def _report(rep: PollReport) -> None:
-    from fabricwatch.metrics import collector_round
+    from runtime.metrics import collector_round
 
     collector_round("ibdiags", published=len(rep.published), failed=len(rep.failed),
                     elapsed_s=rep.elapsed_s)
@@ -62,7 +62,7 @@ def ibdiags(every: float, discover_every: float, timeout: float, concurrency: in
     except (LabError, ValueError) as exc:
         raise click.UsageError(str(exc)) from None
     if settings.metrics_port is not None and not once:
-        from fabricwatch.metrics import start_metrics_server
+        from runtime.metrics import start_metrics_server
 
         start_metrics_server(settings.metrics_port)
     config = PollConfig(fabric=settings.fabric, sample_interval_s=every,

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from fabricwatch.settings import load_settings
+from runtime.settings import load_settings
 from schemas.policy import parse_duration_s
 
 

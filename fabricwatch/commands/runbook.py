@@ -29,7 +29,7 @@ from typing import Any, NoReturn
 
 import click
 
-from fabricwatch.settings import Settings, load_settings
+from runtime.settings import Settings, load_settings
 from schemas import dumps
 from schemas.errors import ContractError
 from schemas.policy import Policy
@@ -619,7 +619,7 @@ async def _serve(settings: Settings, policy: Policy, inventory: Any, opts: Any, 
             tasks.append(asyncio.create_task(run_incident_consumer(
                 incidents, settings.kafka.bootstrap_servers, stop=stop)))
         if settings.metrics_port is not None:  # Prometheus: runbooks by status, breaker per SU
-            from fabricwatch.metrics import RunbookMetrics, start_metrics_server
+            from runtime.metrics import RunbookMetrics, start_metrics_server
 
             start_metrics_server(settings.metrics_port)
             tasks.append(asyncio.create_task(RunbookMetrics(

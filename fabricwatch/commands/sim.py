@@ -20,7 +20,7 @@ from pathlib import Path
 import click
 import orjson
 
-from fabricwatch.settings import Settings, load_settings
+from runtime.settings import Settings, load_settings
 from schemas.policy import parse_duration_s
 from sim.controller import ControllerError, SimController
 from sim.faults import KINDS, Fault, FaultError, check_all, load_file, parse_spec

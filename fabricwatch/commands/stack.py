@@ -17,7 +17,6 @@ from types import FrameType
 import click
 from pydantic import ValidationError
 
-from fabricwatch.settings import Settings, load_settings
 from fabricwatch.stack import (
     SERVICES,
     LocalStack,
@@ -27,6 +26,7 @@ from fabricwatch.stack import (
     ensure_kafka_jars,
 )
 from fabricwatch.stack_config import StackConfigError
+from runtime.settings import Settings, load_settings
 
 
 class _Stopped(Exception):

@@ -25,7 +25,7 @@ from collectors.live.tools import ToolRunner, check_arg
 from collectors.publish import Publisher
 from collectors.smlog import zone
 from fabricwatch.lab import LabError, LabStack
-from fabricwatch.settings import load_settings
+from runtime.settings import load_settings
 
 
 @click.group("tail")
@@ -57,7 +57,7 @@ def opensm(path: Path, tz: str, lab: bool, ca: str | None, ca_port: int | None, 
     state = settings.state_dir / "tail" / f"opensm-{digest}.json"
 
     if settings.metrics_port is not None:
-        from fabricwatch.metrics import start_metrics_server
+        from runtime.metrics import start_metrics_server
 
         start_metrics_server(settings.metrics_port)
 
@@ -95,7 +95,7 @@ def opensm(path: Path, tz: str, lab: bool, ca: str | None, ca_port: int | None, 
 
 async def _export_stats(stats: Any, stop: asyncio.Event, every_s: float = 5.0) -> None:
     """The follower's running totals as collector metrics, every few seconds."""
-    from fabricwatch.metrics import collector_round
+    from runtime.metrics import collector_round
 
     seen = (0, 0)
     while not stop.is_set():

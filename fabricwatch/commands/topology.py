@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from fabricwatch.settings import load_settings
+from runtime.settings import load_settings
 from schemas import ContractError, Topology, decode, dumps
 from schemas.policy import Policy
 from streams.topology.logic import DiffReport, diff, guid_names_from_topology

@@ -24,7 +24,7 @@ from types import FrameType
 
 import click
 
-from fabricwatch.settings import load_settings
+from runtime.settings import load_settings
 from schemas.errors import ContractError
 from schemas.policy import Policy
 
@@ -79,7 +79,7 @@ def worker_command(policy_path: Path | None, workers: int, ledger: bool | None, 
         click.echo(f"error: {exc}", err=True)
         raise SystemExit(2) from None
     if settings.metrics_port is not None:  # one port per supervised worker process
-        from fabricwatch.metrics import start_metrics_server
+        from runtime.metrics import start_metrics_server
 
         start_metrics_server(settings.metrics_port + worker_index)
     asyncio.run(sa.ensure_topics())

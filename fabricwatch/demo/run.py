@@ -41,8 +41,8 @@ from fabricwatch.demo.scenario import Expectation, Scenario, build_scenario
 from fabricwatch.demo.view import LiveState, render
 from fabricwatch.demo.watch import watch_detections, watch_incidents, watch_topics
 from fabricwatch.procs import ChildProcess
-from fabricwatch.settings import Settings
 from fabricwatch.stack import LocalStack
+from runtime.settings import Settings
 from schemas import Detection, Incident
 from schemas.topics import INPUT_TOPICS
 

@@ -16,7 +16,7 @@ from rich.console import Console
 
 from fabricwatch.alertmanager import find_binary
 from fabricwatch.demo.run import DECIDED_STATES, Demo, DemoOptions
-from fabricwatch.settings import KafkaSettings, LedgerSettings, Settings, TemporalSettings
+from runtime.settings import KafkaSettings, LedgerSettings, Settings, TemporalSettings
 from workflows.adapters.notify import read_alerts_file
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.timeout(1500)]

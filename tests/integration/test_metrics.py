@@ -29,7 +29,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from prometheus_client.parser import text_string_to_metric_families
 
-from fabricwatch import metrics
+from runtime import metrics
 from schemas import PortEvent, encode, message_key
 from schemas.topics import PORT_EVENTS
 
@@ -162,7 +162,7 @@ async def test_worker_serves_the_documented_series(metrics_worker: MetricsWorker
 async def test_runbook_metrics_report_breaker_and_runbooks(temporal_target: str) -> None:
     from temporalio.worker import Worker
 
-    from fabricwatch.settings import Settings
+    from runtime.settings import Settings
     from workflows.budget.models import BudgetInput, GrantRequest, su_budget_id
     from workflows.budget.workflows import IsolationBudget
     from workflows.worker import connect
@@ -219,7 +219,8 @@ def grafana_sql(sql: str, fabric: str, now_s: int) -> str:
 
 def test_dashboard_ledger_panels_run_on_the_ledger(tmp_path: Path) -> None:
     from ledger.embedded import EmbeddedLedger
-    from ledger.synth import history
+
+    from .ledger.synth import history
 
     board = json.loads((Path(__file__).resolve().parents[2] / "deploy" / "monitoring"
                         / "fabricwatch-dashboard.json").read_text())

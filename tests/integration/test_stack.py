@@ -25,9 +25,9 @@ from temporalio import activity, workflow
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from fabricwatch.settings import KafkaSettings, Settings
 from fabricwatch.stack import LocalStack, StackError
 from fabricwatch.stack_config import free_ports
+from runtime.settings import KafkaSettings, Settings
 from schemas.topics import ALL_TOPICS
 
 pytestmark = pytest.mark.integration

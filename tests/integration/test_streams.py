@@ -121,8 +121,8 @@ async def test_kill_mid_stream_and_restart(worker: Worker) -> None:
 
 
 async def test_detections_reach_the_ledger(worker: Worker) -> None:
-    from fabricwatch.settings import Settings
     from ledger import open_ledger
+    from runtime.settings import Settings
 
     tag = worker.app_id
     base = int(time.time() * 1000) - 3600_000

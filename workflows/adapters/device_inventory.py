@@ -50,7 +50,7 @@ from pydantic import (
     model_validator,
 )
 
-from fabricwatch.settings import SecretFileError, read_secret
+from runtime.settings import SecretFileError, read_secret
 from workflows.adapters.base import AdapterRejected
 
 _IFNAME = re.compile(r"^[A-Za-z][A-Za-z0-9/._-]{0,63}$")

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from ledger.embedded import EmbeddedLedger
-from ledger.synth import Expected, history
 from schemas.events import Event
+
+from .synth import Expected, history
 
 HOUR_MS = 3_600_000
 

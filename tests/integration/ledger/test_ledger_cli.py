@@ -14,9 +14,9 @@ from fabricwatch.cli import main
 from ledger.embedded import EmbeddedLedger
 from ledger.http import LedgerHTTPServer
 from ledger.migrations import load_migrations
-from ledger.synth import history
 
 from .conftest import history_start
+from .synth import history
 
 pytestmark = pytest.mark.integration
 
@@ -133,8 +133,8 @@ def test_cli_through_an_endpoint_with_users(state_dir: Path,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """The owner serves with users from the secrets files; the CLI of another process signs
     in as the configured user, and a wrong password is ClickHouse's AUTHENTICATION_FAILED."""
-    from fabricwatch.settings import Settings
     from ledger.http import server_for
+    from runtime.settings import Settings
 
     secret = state_dir / "ro-password"
     secret.write_text("r-secret\n")

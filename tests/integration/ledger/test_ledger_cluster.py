@@ -23,9 +23,9 @@ from ledger.embedded import EmbeddedLedger
 from ledger.migrations import split_statements, strip_comments
 from ledger.queries import cookbook, params_for
 from ledger.rows import RAW_COUNTER_COLUMNS, Row, to_rows
-from ledger.synth import history
 
 from .conftest import history_start
+from .synth import history
 
 pytestmark = pytest.mark.integration
 

@@ -1,4 +1,4 @@
-"""Every cookbook query on generated history whose answers are known (ledger.synth)."""
+"""Every cookbook query on generated history whose answers are known (tests/integration/ledger/synth.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import pytest
 
 from ledger.embedded import EmbeddedLedger
 from ledger.queries import cookbook, params_for
-from ledger.synth import Expected
 from schemas.events import Event
+
+from .synth import Expected
 
 pytestmark = pytest.mark.integration
 

@@ -18,10 +18,10 @@ from clickhouse_connect.driver.exceptions import DatabaseError
 from ledger.embedded import EmbeddedLedger
 from ledger.http import ENDPOINT_FILE, LedgerHTTPServer, advertised_endpoint
 from ledger.server import ServerLedger
-from ledger.synth import history
 from schemas import PortEvent
 
 from .conftest import history_start
+from .synth import history
 
 pytestmark = pytest.mark.integration
 
@@ -147,8 +147,8 @@ def test_open_ledger_uses_another_owners_endpoint(tmp_path: Path) -> None:
     pid, which is alive and is not us."""
     import os
 
-    from fabricwatch.settings import Settings
     from ledger import open_ledger
+    from runtime.settings import Settings
 
     settings = Settings(state_dir=tmp_path)
     owner = EmbeddedLedger(settings.ledger_path)

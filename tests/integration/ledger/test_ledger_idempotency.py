@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from ledger.embedded import EmbeddedLedger
-from ledger.synth import history
 from schemas import Counters, PortSample
 
 from .conftest import history_start
+from .synth import history
 
 pytestmark = pytest.mark.integration
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from fabricwatch.settings import Settings
 from ledger.embedded import EmbeddedLedger
+from runtime.settings import Settings
 from schemas import Maintenance
 
 pytestmark = pytest.mark.integration

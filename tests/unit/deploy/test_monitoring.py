@@ -1,7 +1,7 @@
 """Alert rules and the Grafana dashboard read series that exist.
 
 Every metric an alert or a Prometheus panel reads is either one of fabricwatch's documented
-series (fabricwatch.metrics.SERIES) or one an engine exports as configured in deploy/; every
+series (runtime.metrics.SERIES) or one an engine exports as configured in deploy/; every
 documented series is on the dashboard. The dashboard JSON is what dashboard.py builds.
 (The ledger panels' SQL runs on the embedded engine in tests/integration/test_metrics.py.)
 """
@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from fabricwatch import metrics
+from runtime import metrics
 
 from .manifests import DEPLOY
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from fabricwatch.settings import Settings
+from runtime.settings import Settings
 from schemas import topics as registry
 from schemas.acceptance import TIMESTAMP_CONFIG
 from schemas.policy import Policy

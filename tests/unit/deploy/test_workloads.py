@@ -20,9 +20,9 @@ import pytest
 import yaml
 
 from fabricwatch.audit.k8s import K8sOptions, audit_manifest_text
-from fabricwatch.settings import Settings
 from ledger.cluster import generate
 from ledger.migrations import load_migrations
+from runtime.settings import Settings
 from schemas.policy import Policy
 
 from .manifests import DEPLOY, build, env_configmap, find, one, pod_specs

@@ -11,7 +11,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fabricwatch.settings import KafkaSettings, Settings, TemporalSettings
 from fabricwatch.stack_config import (
     KAFKA_HOME,
     StackConfigError,
@@ -29,6 +28,7 @@ from fabricwatch.stack_config import (
     temporal_server_args,
     topic_partitions,
 )
+from runtime.settings import KafkaSettings, Settings, TemporalSettings
 from schemas.topics import ALL_TOPICS, COUNTERS, DLQ
 
 TEMPLATE = (KAFKA_HOME / "config" / "server.properties.in").read_text()

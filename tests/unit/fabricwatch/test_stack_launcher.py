@@ -15,7 +15,6 @@ import pytest
 from click.testing import CliRunner
 
 from fabricwatch.cli import main
-from fabricwatch.settings import KafkaSettings, Settings, TemporalSettings
 from fabricwatch.stack import (
     LocalStack,
     StackError,
@@ -26,6 +25,7 @@ from fabricwatch.stack import (
     find_java,
 )
 from fabricwatch.stack_config import KAFKA_HOME, StackConfigError, free_ports
+from runtime.settings import KafkaSettings, Settings, TemporalSettings
 
 
 def _settings(tmp_path: Path) -> Settings:

@@ -217,8 +217,8 @@ def test_basic_auth_round_trip(user: str, password: str) -> None:
 
 
 def test_users_from_the_secrets(tmp_path: Path) -> None:
-    from fabricwatch.settings import LedgerSettings, SecretsSettings, Settings
     from ledger.http import users_from
+    from runtime.settings import LedgerSettings, SecretsSettings, Settings
 
     assert users_from(Settings(state_dir=tmp_path)) == []
     ro = tmp_path / "ro"

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
-from fabricwatch.settings import SecretFileError, Settings
 from ledger.base import LedgerError
 from ledger.server import client_args
+from runtime.settings import SecretFileError, Settings
 
 
 def test_password_file_wins_over_the_url(tmp_path: Path) -> None:

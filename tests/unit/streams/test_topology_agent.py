@@ -74,7 +74,7 @@ def test_other_fabric_stale_and_invalid_messages() -> None:
 
 
 def test_register_streams_adds_an_agent_and_table_to_the_worker_app(tmp_path: Path) -> None:
-    from fabricwatch.settings import Settings
+    from runtime.settings import Settings
     from streams.app import StreamsApp
     from streams.topology.agent import DIFF_TABLE, register_streams
 

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import SecretStr
 
-from fabricwatch.settings import Settings
+from runtime.settings import Settings
 from workflows.adapters.base import AdapterError, AdapterRejected
 from workflows.adapters.notify import (
     Alert,

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from pydantic import SecretStr
 
 from fabricwatch.commands.runbook import runbook_worker_command
-from fabricwatch.settings import SecretsSettings, Settings
+from runtime.settings import SecretsSettings, Settings
 from workflows.adapters.opensm import OpensmController
 from workflows.adapters.sonic import SonicController
 from workflows.adapters.ufm import UfmController

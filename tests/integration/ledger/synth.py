@@ -4,7 +4,7 @@ A small rail-optimized fabric (SUs of nodes, one leaf per SU and rail, spines) a
 hours of what it would report: counters every ``interval_s`` with background noise, a
 handful of faulty ports whose errors and flaps the cookbook must find, probes per rail
 with one slow rail, detections, a runbook's actions and evidence, and a miswire. Used by
-the ledger's tests and benchmark; ``Expected`` records what the queries should answer.
+the ledger's tests; ``Expected`` records what the queries should answer.
 Deterministic for a seed.
 """
 

@@ -149,7 +149,7 @@ class Settings(BaseSettings):
     secrets: SecretsSettings = SecretsSettings()
     streams: StreamsSettings = StreamsSettings()
     notify: NotifySettings = NotifySettings()
-    # Serve Prometheus metrics on this port (fabricwatch.metrics); unset: no endpoint.
+    # Serve Prometheus metrics on this port (runtime.metrics); unset: no endpoint.
     metrics_port: int | None = None
 
     def clickhouse_password(self) -> SecretStr | None:
