@@ -86,12 +86,22 @@ class Inventory:
     # stays known when a later snapshot misses it: a flapping or isolated port drops out of
     # discovery, and is exactly the one a runbook must still reach.
     known: dict[str, set[tuple[str, int]]] = field(default_factory=dict)
+    # The newest peer any snapshot of a fabric saw for each port, with that snapshot's time:
+    # a flapping link is often down while the fabric is discovered, and its runbook must still
+    # be the cable's (both ends, one workflow), not one per end.
+    last_peer: dict[str, dict[tuple[str, int], tuple[tuple[str, int], int]]] = field(
+        default_factory=dict)
 
     def load(self, topo: Topology) -> None:
         seen = self.known.setdefault(topo.fabric, set())
+        last = self.last_peer.setdefault(topo.fabric, {})
         for link in topo.links:
-            seen.add((link.a_device, link.a_port))
-            seen.add((link.b_device, link.b_port))
+            a, b = (link.a_device, link.a_port), (link.b_device, link.b_port)
+            seen.add(a)
+            seen.add(b)
+            for end, other in ((a, b), (b, a)):
+                if end not in last or last[end][1] <= topo.ts:
+                    last[end] = (other, topo.ts)
         if self.snapshot_ts is not None and topo.ts < self.snapshot_ts:
             return  # an older snapshot read late
         peers: dict[tuple[str, int], tuple[str, int]] = {}
@@ -159,6 +169,21 @@ class Inventory:
             return None
         return (device, port) in ports
 
+    def peer_of(self, device: str, port: int) -> tuple[str, int] | None:
+        """The other end of ``device:port``: from the newest snapshot, else the newest one that
+        had the link, unless the newest snapshot shows either end cabled elsewhere (recabled)."""
+        end = (device, port)
+        peer = self.peers.get(end)
+        if peer is not None or self.fabric is None:
+            return peer
+        got = self.last_peer.get(self.fabric, {}).get(end)
+        if got is None:
+            return None
+        other = got[0]
+        if self.peers.get(other, end) != end:
+            return None  # the far end is cabled to another port now
+        return other
+
     def su_of(self, device: str, port: int) -> str:
         return self._su_for(device, port, self.su_of_device, self.peers)
 
@@ -169,7 +194,7 @@ class Inventory:
         return self.total_ports or sum(self.su_port_counts.values()) or self.default_su_ports
 
     def port_ref(self, fabric: str, device: str, port: int) -> PortRef:
-        peer = self.peers.get((device, port))
+        peer = self.peer_of(device, port)
         # The node whose rail this port serves: the host itself, or the host at the other end.
         node = host_of(device) or (host_of(peer[0]) if peer else None)
         rail = rail_from_name(device)
@@ -188,7 +213,7 @@ class Inventory:
         the budget is counted in the SU of the isolated end.
         """
         seen = (device, port)
-        peer = self.peers.get(seen)
+        peer = self.peer_of(device, port)
         if peer is None:
             return self.port_ref(fabric, device, port), None
         target = isolated_end(seen, peer, rule or IsolateEnd())

@@ -145,3 +145,24 @@ async def test_a_flood_of_invented_names_is_one_page_past_the_limit(
         assert not await disp.handle(detection(f"ghost{n}", 1, n))
     assert [key for _op, key, _s in pages.calls][-1] == "unknown_device/flood"
     assert len(pages.calls) == 4 and len(sink.records) == 3 and disp.stats.unknown == 10
+
+
+def test_a_link_down_during_discovery_is_still_one_cable() -> None:
+    """A flapping link is often down when the fabric is discovered: its ends keep the peer
+    the last snapshot with the link saw, so both ends' detections are one cable's runbook."""
+    inv = Inventory()
+    inv.load(topology(NOW, range(1, 5)))
+    inv.load(topology(NOW + 60_000, range(1, 3)))  # ports 3 and 4 down while discovered
+    target, other = inv.cable("f", "leaf-su01-r1", 3)
+    assert other is not None
+    assert {(target.device, target.port), (other.device, other.port)} == {
+        ("leaf-su01-r1", 3), ("node0003/mlx5_1", 1)}
+    from_host = inv.cable("f", "node0003/mlx5_1", 1)
+    assert {(e.device, e.port) for e in from_host if e} == {
+        ("leaf-su01-r1", 3), ("node0003/mlx5_1", 1)}
+    # recabled: the host's port now sits on another leaf port; the old peer is not used
+    moved = Topology(id="t-moved", ts=NOW + 120_000, fabric="f", source="ibnetdiscover",
+                     links=[TopologyLink(a_device="leaf-su01-r1", a_port=9,
+                                         b_device="node0003/mlx5_1", b_port=1)])
+    inv.load(moved)
+    assert inv.cable("f", "leaf-su01-r1", 3)[1] is None
