@@ -78,7 +78,11 @@ def test_server_ledger_writes_and_reads_through_the_endpoint(endpoint: str) -> N
     server = ServerLedger(endpoint)
     try:
         events, exp = history(history_start(), hours=1)
-        assert server.write(events) == server.write(events) > 0
+        first, again = server.write(events), server.write(events)
+        # a replay hands the engine the same rows (which collapse under FINAL) except the
+        # runbook records, whose stored ids are not inserted again
+        actions = sum(1 for e in events if e.kind == "action")
+        assert first > 0 and actions > 0 and again == first - actions
         rows = server.query("SELECT count() AS n FROM counter_samples")
         ports = len({(e.device, s.port) for e in events if e.kind == "counters"
                      for s in e.ports})  # type: ignore[union-attr]
