@@ -47,7 +47,7 @@ def test_shortened_demo_detects_every_fault_and_decides_every_runbook(tmp_path: 
     result = Demo(settings, options, console).run()
 
     assert result.ok, (result.message, result.missing, result.undecided,
-                       console.export_text()[-3000:])
+                       console.export_text(clear=False)[-3000:])
     assert not result.missing
     for label, ids in result.detected.items():
         assert ids, f"{label} was not detected"
@@ -67,7 +67,8 @@ def test_shortened_demo_detects_every_fault_and_decides_every_runbook(tmp_path: 
     assert not any(spine in wf for wf in result.technician_steps)
     assert all(v.done or v.state in DECIDED_STATES for v in result.runbooks.values())
     # return to service went through probation: the summary line says how it went
-    text = console.export_text()
+    recorded = console.export_text(clear=False)  # read twice below: keep the record
+    text = recorded
     assert "return to service: " in text and "passed probation" in text, text[-3000:]
     # no SU's budget was exceeded
     for su, (in_use, limit) in result.breaker.items():
@@ -93,7 +94,7 @@ def test_shortened_demo_detects_every_fault_and_decides_every_runbook(tmp_path: 
     html = result.report_html.read_text()
     assert "fabricwatch report" in html and "flap" in html and "<svg" in html
     # the summary names the incident and what its members had: nothing
-    text = " ".join(console.export_text().split())  # the console wraps long lines
+    text = " ".join(recorded.split())  # the console wraps long lines
     assert f"incident {reboot.incident}: switch_reboot of {spine}" in text, text[-3000:]
     assert "0 port runbook(s) and 0 technician step(s) for them" in text
     assert "Jobs and the links that hurt them" in html and "train-b" in html
