@@ -37,6 +37,7 @@ import hashlib
 import logging
 import time
 import unicodedata
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -315,23 +316,49 @@ async def run_dispatcher(dispatcher: Dispatcher, bootstrap: str, *,
     stop = stop or asyncio.Event()
     caught_up = asyncio.Event()
     topo_task = asyncio.create_task(_follow_topology(dispatcher, bootstrap, stop, caught_up))
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, group_id=group_id,
-        enable_auto_commit=False, auto_offset_reset="earliest")
-    await consumer.start()
-    lookback = _LookbackForNewGroup(consumer, new_group_lookback_ms)
-    consumer.subscribe([DETECTIONS.name], listener=lookback)
-    try:
+
+    async def topology_read() -> None:
         try:
             await asyncio.wait_for(caught_up.wait(), topology_wait_s)
         except TimeoutError:
             log.warning("topology not read within %.0f s; placing ports by name", topology_wait_s)
+
+    async def handle(raw: bytes, received_ms: int | None) -> None:
+        await dispatcher.handle_raw(raw, DETECTIONS, received_ms)
+
+    try:
+        await consume_committed(DETECTIONS.name, bootstrap, group_id, handle, stop=stop,
+                                lookback_ms=new_group_lookback_ms, max_records=500,
+                                what="a runbook start", ready=topology_read)
+    finally:
+        topo_task.cancel()
+        await asyncio.gather(topo_task, return_exceptions=True)
+
+
+async def consume_committed(topic: str, bootstrap: str, group_id: str,
+                            handle: Callable[[bytes, int | None], Awaitable[object]], *,
+                            stop: asyncio.Event, lookback_ms: int, max_records: int,
+                            what: str, ready: Callable[[], Awaitable[None]] | None = None
+                            ) -> None:
+    """Consume ``topic`` in group ``group_id`` until ``stop``: each record to ``handle``
+    (retried while Temporal is unreachable), offsets committed only after the whole batch
+    was taken, so a restart skips nothing (at-least-once). A group with committed offsets
+    resumes from them; a new one starts ``lookback_ms`` back by record time. ``ready`` is
+    awaited once before the first batch (the detection dispatcher waits for the topology)."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group_id,
+                                enable_auto_commit=False, auto_offset_reset="earliest")
+    await consumer.start()
+    lookback = _LookbackForNewGroup(consumer, lookback_ms)
+    consumer.subscribe([topic], listener=lookback)
+    try:
+        if ready is not None:
+            await ready()
         while not stop.is_set():
-            batches = await consumer.getmany(timeout_ms=500, max_records=500)
+            batches = await consumer.getmany(timeout_ms=500, max_records=max_records)
             for tp, messages in batches.items():
                 for msg in messages:
                     if not lookback.before_start(tp, msg.timestamp):
-                        await _until_accepted(dispatcher, msg.value, msg.timestamp, stop)
+                        await _until_accepted(handle, msg.value, msg.timestamp, stop, what)
             if (batches or lookback.placed) and not stop.is_set():
                 # after Temporal accepted every start/signal of the batch: at-least-once.
                 # Also right after a new group was placed, so a partition that stays quiet
@@ -340,8 +367,6 @@ async def run_dispatcher(dispatcher: Dispatcher, bootstrap: str, *,
                 lookback.placed = False
     finally:
         await consumer.stop()
-        topo_task.cancel()
-        await asyncio.gather(topo_task, return_exceptions=True)
 
 
 class _LookbackForNewGroup(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -381,19 +406,19 @@ class _LookbackForNewGroup(ConsumerRebalanceListener):  # type: ignore[misc]
                  self.lookback_ms // 1000)
 
 
-async def _until_accepted(dispatcher: Dispatcher, raw: bytes, received_ms: int | None,
-                          stop: asyncio.Event) -> None:
-    """Dispatch one message, retrying while Temporal is unreachable (a server restart must not
-    stop the dispatcher, nor skip a detection: the offset is committed only after this)."""
+async def _until_accepted(handle: Callable[[bytes, int | None], Awaitable[object]], raw: bytes,
+                          received_ms: int | None, stop: asyncio.Event, what: str) -> None:
+    """Hand one record over, retrying while Temporal is unreachable (a server restart must not
+    stop the consumer, nor skip a record: the offset is committed only after this)."""
     from temporalio.service import RPCError
 
     delay = 0.5
     while not stop.is_set():
         try:
-            await dispatcher.handle_raw(raw, DETECTIONS, received_ms)
+            await handle(raw, received_ms)
             return
         except RPCError as exc:
-            log.warning("Temporal refused a start (%s); retrying in %.1f s", exc.message, delay)
+            log.warning("Temporal refused %s (%s); retrying in %.1f s", what, exc.message, delay)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 30.0)
 

@@ -9,7 +9,8 @@ import asyncio
 import contextlib
 import time
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition  # type: ignore[import-untyped]
 from aiokafka.admin import AIOKafkaAdminClient  # type: ignore[import-untyped]
@@ -86,10 +87,12 @@ async def topic_partitions(consumer: AIOKafkaConsumer, topic: str) -> set[int]:
     return consumer.partitions_for_topic(topic) or set()
 
 
-async def watch_detections(state: LiveState, bootstrap: str) -> None:
-    """Every detection from the demo's start, as it fires."""
-    consumer = AIOKafkaConsumer(DETECTIONS.name, bootstrap_servers=bootstrap,
-                                auto_offset_reset="latest", enable_auto_commit=False)
+async def _watch(topic: str, reset: str, bootstrap: str, kind: type[Any],
+                 take: Callable[[Any], None]) -> None:
+    """Every contract event of ``kind`` on ``topic`` (from ``reset``) to ``take``, as it comes;
+    a record that is not one is passed over (the worker dead-letters it)."""
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset=reset,
+                                enable_auto_commit=False)
     await consumer.start()
     try:
         async for message in consumer:
@@ -99,26 +102,17 @@ async def watch_detections(state: LiveState, bootstrap: str) -> None:
                 event = decode(message.value)
             except ContractError:
                 continue
-            if isinstance(event, Detection):
-                state.add_detection(event)
+            if isinstance(event, kind):
+                take(event)
     finally:
         await consumer.stop()
+
+
+async def watch_detections(state: LiveState, bootstrap: str) -> None:
+    """Every detection from the demo's start, as it fires."""
+    await _watch(DETECTIONS.name, "latest", bootstrap, Detection, state.add_detection)
 
 
 async def watch_incidents(state: LiveState, bootstrap: str) -> None:
     """Every incident message from the demo's start (the latest per incident is kept)."""
-    consumer = AIOKafkaConsumer(INCIDENTS.name, bootstrap_servers=bootstrap,
-                                auto_offset_reset="earliest", enable_auto_commit=False)
-    await consumer.start()
-    try:
-        async for message in consumer:
-            if message.value is None:
-                continue
-            try:
-                event = decode(message.value)
-            except ContractError:
-                continue
-            if isinstance(event, Incident):
-                state.add_incident(event)
-    finally:
-        await consumer.stop()
+    await _watch(INCIDENTS.name, "earliest", bootstrap, Incident, state.add_incident)

@@ -18,11 +18,9 @@ import asyncio
 import logging
 from dataclasses import dataclass
 
-from aiokafka import AIOKafkaConsumer  # type: ignore[import-untyped]
 from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
-from temporalio.service import RPCError
 
 from schemas import ContractError
 from schemas.acceptance import DEFAULT_BOUNDS, TimeBounds, accept
@@ -121,37 +119,11 @@ async def run_incident_consumer(dispatcher: IncidentDispatcher, bootstrap: str, 
     first deployment does not page for every incident the topic still retains; an older
     incident still open is picked up at its next message.
     """
-    from workflows.dispatch import _LookbackForNewGroup
+    from workflows.dispatch import consume_committed
 
-    stop = stop or asyncio.Event()
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group_id,
-                                enable_auto_commit=False, auto_offset_reset="earliest")
-    await consumer.start()
-    lookback = _LookbackForNewGroup(consumer, new_group_lookback_ms)
-    consumer.subscribe([INCIDENTS.name], listener=lookback)
-    try:
-        while not stop.is_set():
-            batches = await consumer.getmany(timeout_ms=500, max_records=200)
-            for tp, messages in batches.items():
-                for msg in messages:
-                    if not lookback.before_start(tp, msg.timestamp):
-                        await _until_accepted(dispatcher, msg.value, msg.timestamp, stop)
-            if (batches or lookback.placed) and not stop.is_set():
-                await consumer.commit()
-                lookback.placed = False
-    finally:
-        await consumer.stop()
+    async def handle(raw: bytes, received_ms: int | None) -> None:
+        await dispatcher.handle_raw(raw, received_ms)
 
-
-async def _until_accepted(dispatcher: IncidentDispatcher, raw: bytes, received_ms: int | None,
-                          stop: asyncio.Event) -> None:
-    delay = 0.5
-    while not stop.is_set():
-        try:
-            await dispatcher.handle_raw(raw, received_ms)
-            return
-        except RPCError as exc:
-            log.warning("Temporal refused an incident start (%s); retrying in %.1f s",
-                        exc.message, delay)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 30.0)
+    await consume_committed(INCIDENTS.name, bootstrap, group_id, handle,
+                            stop=stop or asyncio.Event(), lookback_ms=new_group_lookback_ms,
+                            max_records=200, what="an incident start")
