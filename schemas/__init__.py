@@ -5,7 +5,9 @@ from schemas.errors import ContractError
 from schemas.events import (
     COUNTER_FIELDS,
     GAUGE_FIELDS,
+    LATER_COUNTER_FIELDS,
     LEGACY_COUNTER_BITS,
+    TRAFFIC_FIELDS,
     Action,
     ActionRecord,
     Counters,
@@ -31,7 +33,8 @@ from schemas.events import (
 )
 
 __all__ = [
-    "COUNTER_FIELDS", "GAUGE_FIELDS", "LEGACY_COUNTER_BITS", "Action", "ActionRecord",
+    "COUNTER_FIELDS", "GAUGE_FIELDS", "LATER_COUNTER_FIELDS", "LEGACY_COUNTER_BITS",
+    "TRAFFIC_FIELDS", "Action", "ActionRecord",
     "ContractError", "Counters", "DeadLetter", "Detection", "DetectionKind", "Envelope", "Event",
     "EvidenceRecord", "Incident", "IncidentCause", "JobPlacement", "Maintenance",
     "PortEvent", "PortSample", "Probe", "Severity", "Topology",

@@ -218,6 +218,16 @@ COUNTER_FIELDS: tuple[str, ...] = (
     "local_ack_timeout_err", "rx_discards_phy",
 )
 GAUGE_FIELDS: tuple[str, ...] = ("raw_ber", "effective_ber", "module_temp_c", "rx_power_dbm")
+# Counters added to the contract after its first producers (each left off the wire when
+# unset, so earlier producers' bytes and content-hash ids do not change): the PMA data and
+# packet counters (data in 4-octet words, as the IB PMA counts them and perfquery prints
+# them; an Ethernet collector sends bytes / 4) that congestion, hot-uplink and drop-rate
+# rules need, and the PHY's own link-down counter (mlxlink "Link Down Counter"), which is
+# not the PMA LinkDowned counter and must not be mixed into ``link_downed``.
+TRAFFIC_FIELDS: tuple[str, ...] = ("port_xmit_data", "port_rcv_data", "port_xmit_pkts",
+                                   "port_rcv_pkts")
+LATER_COUNTER_FIELDS: tuple[str, ...] = (*TRAFFIC_FIELDS, "phy_link_down")
+_OFF_THE_WIRE_WHEN_UNSET: tuple[str, ...] = ("error", "device", *LATER_COUNTER_FIELDS)
 
 
 class PortSample(BaseModel):
@@ -257,6 +267,11 @@ class PortSample(BaseModel):
     module_temp_c: StrictFloat | None = None
     rx_power_dbm: StrictFloat | None = None
     counter_bits: dict[str, StrictInt] | None = None
+    port_xmit_data: NonNegInt | None = None
+    port_rcv_data: NonNegInt | None = None
+    port_xmit_pkts: NonNegInt | None = None
+    port_rcv_pkts: NonNegInt | None = None
+    phy_link_down: NonNegInt | None = None
     # Set when the collector could not read this port this time (a NIC that disappeared, an
     # unreadable file, a value that is not a number, a tool that timed out): the port is
     # named, its counters are whatever could be read (often none), and it is not healthy.
@@ -274,13 +289,12 @@ class PortSample(BaseModel):
     @model_serializer(mode="wrap")
     def _unset_additions_stay_off_the_wire(self, handler: SerializerFunctionWrapHandler
                                            ) -> dict[str, Any]:
-        # ``error`` and ``device`` came after contract v1's first producers: left out when
-        # unset, every other producer's bytes and content-hash ids stay what they were.
+        # These came after contract v1's first producers: left out when unset, every other
+        # producer's bytes and content-hash ids stay what they were.
         data: dict[str, Any] = handler(self)
-        if data.get("error", 0) is None:
-            del data["error"]
-        if data.get("device", 0) is None:
-            del data["device"]
+        for name in _OFF_THE_WIRE_WHEN_UNSET:
+            if data.get(name, 0) is None:
+                del data[name]
         return data
 
 
