@@ -45,6 +45,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Iterable
+from datetime import timedelta
 from typing import Any, Protocol
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
@@ -200,6 +201,10 @@ class _Dispatcher(Protocol):
     def stats(self) -> _DispatchStats: ...
 
 
+BUDGET_QUERY_TIMEOUT = timedelta(seconds=3)
+BUDGET_QUERY_CONCURRENCY = 16
+
+
 class RunbookMetrics:
     """Mirrors runbook state into the gauges every ``interval`` seconds.
 
@@ -250,14 +255,24 @@ class RunbookMetrics:
     async def _update_budgets(self) -> None:
         seen: set[tuple[str, str]] = set()
         query = "WorkflowType = 'IsolationBudget' AND ExecutionStatus = 'Running'"
-        async for wf in self.client.list_workflows(query, limit=self.max_budgets):
-            if wf.id.startswith("railhold/"):
-                continue  # a node rail's fence holders, not an isolation budget
-            handle = self.client.get_workflow_handle(wf.id)
-            try:
-                state = await handle.query("state")
-            except Exception:  # noqa: BLE001 - one budget mid-continue-as-new: next round
-                log.debug("budget %s not queryable now", wf.id, exc_info=True)
+        ids = [wf.id async for wf in self.client.list_workflows(query, limit=self.max_budgets)
+               if not wf.id.startswith("railhold/")]  # a node rail's fence holders
+        # Concurrently and each with a short deadline: a budget whose worker is away does
+        # not answer a query until Temporal gives up on it, and one such budget must not
+        # stall every other SU's breaker series for that long.
+        gate = asyncio.Semaphore(BUDGET_QUERY_CONCURRENCY)
+
+        async def state_of(workflow_id: str) -> Any:
+            async with gate:
+                try:
+                    return await self.client.get_workflow_handle(workflow_id).query(
+                        "state", rpc_timeout=BUDGET_QUERY_TIMEOUT)
+                except Exception:  # noqa: BLE001 - mid-continue-as-new or no worker: next round
+                    log.debug("budget %s not queryable now", workflow_id, exc_info=True)
+                    return None
+
+        for state in await asyncio.gather(*(state_of(i) for i in ids)):
+            if state is None:
                 continue
             fabric, su = _budget_labels(state)
             if su is None:

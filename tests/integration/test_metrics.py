@@ -171,6 +171,11 @@ async def test_runbook_metrics_report_breaker_and_runbooks(temporal_target: str)
     queue = f"metrics-{uuid.uuid4().hex[:8]}"
     fabric, su = f"fab{uuid.uuid4().hex[:6]}", "su07"
     port = metrics.start_metrics_server(0, host="127.0.0.1")
+    # A budget whose worker is away (its queue has no poller): its query cannot be answered,
+    # and the other SUs' series must not wait for it.
+    orphan = await client.start_workflow(
+        IsolationBudget.run, BudgetInput(fabric=fabric, scope="su", su="su99", limit=1),
+        id=su_budget_id(fabric, "su99"), task_queue=f"{queue}-nobody")
     async with Worker(client, task_queue=queue, workflows=[IsolationBudget]):
         handle = await client.start_workflow(
             IsolationBudget.run, BudgetInput(fabric=fabric, scope="su", su=su, limit=1),
@@ -197,7 +202,13 @@ async def test_runbook_metrics_report_breaker_and_runbooks(temporal_target: str)
         assert statuses == set(metrics.RUNBOOK_STATUSES)
         families = {lab["name"] for lab, _ in got["__families__"]}
         assert set(metrics.RUNBOOK_SERIES) <= families
+        t0 = time.monotonic()
+        await rm.update()
+        assert time.monotonic() - t0 < 4 * metrics.BUDGET_QUERY_TIMEOUT.total_seconds()
+        assert not [lab for lab, _ in got.get("fabricwatch_breaker_open", [])
+                    if lab.get("su") == "su99"]  # unknown, not a made-up zero
         await handle.terminate("test over")
+        await orphan.terminate("test over")
         await rm.update()  # a finished budget's SU series disappear
         got = await asyncio.to_thread(scrape, port)
         assert not [lab for lab, _ in got.get("fabricwatch_breaker_open", [])
