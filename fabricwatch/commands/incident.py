@@ -17,7 +17,7 @@ from typing import Any
 
 import click
 
-from fabricwatch.commands.runbook import _client, _default_actor, _fail, _hard_exit, _run
+from fabricwatch.commands.runbook import SendSignal, _client, _fail, _hard_exit, _run, signal_command
 from runtime.settings import Settings, load_settings
 from schemas import dumps
 
@@ -191,49 +191,39 @@ def show_command(ident: str, as_json: bool) -> None:
     _hard_exit(0)
 
 
-def _signal_command(name: str, help_text: str) -> click.Command:
-    @click.command(name, help=help_text)
-    @click.argument("ident", metavar="ID")
-    @click.option("--note", "--reason", "note", default=None, help="Why (recorded).")
-    @click.option("--actor", default=None, help="Who (default: your login name).")
-    def command(ident: str, note: str | None, actor: str | None) -> None:
-        settings = load_settings()
+def _incident_signal(name: str) -> SendSignal:
+    async def send(settings: Settings, ident: str, who: str, note: str | None) -> str:
+        from temporalio.service import RPCError
+
+        from workflows.incident.models import Decision
+
         wf_id = incident_wf_id(settings, ident)
-        who = actor or _default_actor()
+        handle, view = await _status(settings, wf_id)
+        desc = await handle.describe()
+        if desc.status is None or desc.status.name != "RUNNING":
+            raise _fail(f"{wf_id} has ended ({desc.status.name if desc.status else '?'})")
+        if name in ("approve", "abort") and not any(view.runbooks.values()):
+            raise _fail(f"{wf_id} has no member runbook waiting for approve / abort "
+                        "(its ports start none while it is open): ack or close it")
+        try:
+            await handle.signal(name, Decision(actor=who, note=note, action=name))
+        except RPCError as exc:
+            raise _fail(f"{wf_id}: {exc.message}") from None
+        return wf_id
 
-        async def go() -> str:
-            from temporalio.service import RPCError
-
-            from workflows.incident.models import Decision
-
-            handle, view = await _status(settings, wf_id)
-            desc = await handle.describe()
-            if desc.status is None or desc.status.name != "RUNNING":
-                raise _fail(f"{wf_id} has ended ({desc.status.name if desc.status else '?'})")
-            if name in ("approve", "abort") and not any(view.runbooks.values()):
-                raise _fail(f"{wf_id} has no member runbook waiting for approve / abort "
-                            "(its ports start none while it is open): ack or close it")
-            try:
-                await handle.signal(name, Decision(actor=who, note=note, action=name))
-            except RPCError as exc:
-                raise _fail(f"{wf_id}: {exc.message}") from None
-            return wf_id
-
-        click.echo(f"{_run(go())}: {name} sent by {who}")
-        _hard_exit(0)
-
-    return command
+    return send
 
 
-incident_group.add_command(_signal_command(
-    "ack", "Acknowledge the incident's alert (a human is on it)."))
-incident_group.add_command(_signal_command(
+incident_group.add_command(signal_command(
+    "ack", "Acknowledge the incident's alert (a human is on it).", _incident_signal("ack")))
+incident_group.add_command(signal_command(
     "approve", "Let every member runbook go on at once (a breaker incident: isolate past the "
-               "SU's budget)."))
-incident_group.add_command(_signal_command(
-    "abort", "Stop every member runbook at once (their isolations are rolled back)."))
-incident_group.add_command(_signal_command(
-    "close", "Close the incident and resolve its alert."))
+               "SU's budget).", _incident_signal("approve")))
+incident_group.add_command(signal_command(
+    "abort", "Stop every member runbook at once (their isolations are rolled back).",
+    _incident_signal("abort")))
+incident_group.add_command(signal_command(
+    "close", "Close the incident and resolve its alert.", _incident_signal("close")))
 
 
 COMMANDS: list[click.Command] = [incident_group]

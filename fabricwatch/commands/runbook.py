@@ -22,6 +22,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from datetime import timedelta
 from pathlib import Path
@@ -299,50 +300,58 @@ def step_done_command(ident: str, step: str, note: str | None, actor: str | None
     _hard_exit(0)
 
 
-def _signal_command(name: str, help_text: str) -> click.Command:
+SendSignal = Callable[[Settings, str, str, str | None], Awaitable[str]]
+
+
+def signal_command(name: str, help_text: str, send: SendSignal) -> click.Command:
+    """A human's decision sent to one workflow: ``ID [--note] [--actor]``.
+
+    ``send(settings, ident, actor, note)`` finds the workflow, checks it can take the
+    decision (raising ``_fail`` with the reason) and signals it; it returns the workflow id.
+    """
     @click.command(name, help=help_text)
     @click.argument("ident", metavar="ID")
     @click.option("--note", "--reason", "note", default=None, help="Why (recorded).")
     @click.option("--actor", default=None, help="Who (default: your login name).")
     def command(ident: str, note: str | None, actor: str | None) -> None:
-        settings = load_settings()
-        wf_id = resolve_id(settings, ident)
         who = actor or _default_actor()
-
-        async def go() -> str:
-            from temporalio.service import RPCError
-
-            from workflows.remediation.models import AbortRequest, Approval
-            from workflows.remediation.workflows import PortRemediation
-
-            handle = await _handle(settings, wf_id, ident)
-            wf_id_found: str = handle.id
-            st = await handle.query(PortRemediation.status)
-            try:
-                if name == "approve":
-                    if st.waiting_for != "approve":
-                        raise _fail(f"{wf_id_found} is not waiting for an approval (state "
-                                    f"{st.state}, step {st.step})")
-                    await handle.signal(PortRemediation.approve, Approval(actor=who, note=note))
-                else:
-                    await handle.signal(PortRemediation.abort,
-                                        AbortRequest(actor=who, reason=note))
-            except RPCError as exc:  # e.g. the runbook has finished (state {st.state})
-                raise _fail(f"{wf_id_found}: {exc.message} (state {st.state})") from None
-            return wf_id_found
-
-        click.echo(f"{_run(go())}: {name} sent by {who}")
+        click.echo(f"{_run(send(load_settings(), ident, who, note))}: {name} sent by {who}")
         _hard_exit(0)
 
     return command
 
 
-runbook_group.add_command(_signal_command(
+def _runbook_signal(name: str) -> SendSignal:
+    async def send(settings: Settings, ident: str, who: str, note: str | None) -> str:
+        from temporalio.service import RPCError
+
+        from workflows.remediation.models import AbortRequest, Approval
+        from workflows.remediation.workflows import PortRemediation
+
+        handle = await _handle(settings, resolve_id(settings, ident), ident)
+        wf_id: str = handle.id
+        st = await handle.query(PortRemediation.status)
+        try:
+            if name == "approve":
+                if st.waiting_for != "approve":
+                    raise _fail(f"{wf_id} is not waiting for an approval (state "
+                                f"{st.state}, step {st.step})")
+                await handle.signal(PortRemediation.approve, Approval(actor=who, note=note))
+            else:
+                await handle.signal(PortRemediation.abort, AbortRequest(actor=who, reason=note))
+        except RPCError as exc:  # e.g. the runbook has finished (state {st.state})
+            raise _fail(f"{wf_id}: {exc.message} (state {st.state})") from None
+        return wf_id
+
+    return send
+
+
+runbook_group.add_command(signal_command(
     "approve", "Let a runbook waiting for a human go on (past the breaker, after an "
                "escalation, retry a step that needed a human, or hand over a port it found "
-               "isolated)."))
-runbook_group.add_command(_signal_command(
-    "abort", "Stop a runbook; the port's isolation is rolled back."))
+               "isolated).", _runbook_signal("approve")))
+runbook_group.add_command(signal_command(
+    "abort", "Stop a runbook; the port's isolation is rolled back.", _runbook_signal("abort")))
 
 
 @runbook_group.command("budget")
