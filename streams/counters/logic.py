@@ -160,6 +160,9 @@ class CountersDetector:
             if ps is None:
                 ports[key] = ps = [ts, values, None]
                 self._dirty = True
+                if values[_I_PRX] is not None and fields["port_xmit_data"] is not None:
+                    # the pause-storm rule's draining check needs the interval's start
+                    ps[2] = {"d": [ts, fields["port_xmit_data"]]}
                 prev_ts = None
                 deltas: list[int] | None = None
             else:
