@@ -173,9 +173,18 @@ def test_pause_storm_from_duration_and_from_frame_rate() -> None:
     run = Run()
     run(msg(0, sample(port=1, pfc_pause_rx=0, pfc_pause_duration_us=0),
             sample(port=2, pfc_pause_rx=0)))
-    run(msg(10 * S, sample(port=1, pfc_pause_rx=10, pfc_pause_duration_us=6_000_000),
+    run(msg(10 * S, sample(port=1, pfc_pause_rx=10, pfc_pause_duration_us=9_950_000),
             sample(port=2, pfc_pause_rx=600_000)))
     assert sorted(run.kinds()) == [("pause_storm", 1, 10 * S), ("pause_storm", 2, 10 * S)]
+
+
+def test_paused_most_of_the_interval_is_not_yet_a_storm() -> None:
+    # SONiC's watchdog (Mellanox): paused more than 99 % of the interval; 60 % is congestion
+    run = Run()
+    run(msg(0, sample(port=1, pfc_pause_rx=0, pfc_pause_duration_us=0)))
+    run(msg(10 * S, sample(port=1, pfc_pause_rx=10, pfc_pause_duration_us=6_000_000)))
+    run(msg(20 * S, sample(port=1, pfc_pause_rx=20, pfc_pause_duration_us=15_880_000)))
+    assert run.kinds() == []
 
 
 def test_ecn_pfc_misconfig() -> None:
