@@ -12,6 +12,11 @@ ibdiagnet congestion assessment), so the share of the window the port had data a
 credits is ``ticks * tick_bytes * 8 / (line rate * window)``. ``port_xmit_data`` counts
 4-octet words (IBA PortXmitData). Thresholds: ``schemas.policy.Congestion``.
 
+ECN vs PFC (``judge_ecn``) is a device's: the pauses it transmits (summed over its ports;
+marks happen at the congested egress queue while pauses go out of the ingress ports) against
+its ECN marks, over the message's interval. The episode is held by the port that sent the
+most pauses (``state["ecn"]`` names it) and ends when the device's marks keep up again.
+
 SONiC's PFC watchdog (``pfcwd show stats``, parsed to ``pfcwd_q<N>_status`` and
 ``pfcwd_q<N>_storms_detected``): a queue it reports ``stormed``, or whose detected-storm
 count rose since the port's last such sample, is a ``pause_storm`` (``judge_pfcwd``).
@@ -110,6 +115,56 @@ def judge_hot(det: CountersDetector, ports: dict[str, PortState], event: Counter
                 "by": "load" if by_load else "wait", "window_s": dt_s}, detections)
         else:
             det._close(ps, HOT)  # noqa: SLF001
+
+
+class EcnTally:
+    """A message's transmitted pauses and ECN marks over the ports that report both."""
+
+    __slots__ = ("pauses", "marks", "dt_s", "top_port", "top_pauses", "ports")
+
+    def __init__(self) -> None:
+        self.pauses = self.marks = 0
+        self.dt_s = 0.0
+        self.top_port: int | None = None
+        self.top_pauses = -1
+        self.ports = 0
+
+    def add(self, port: int, pauses: int, marks: int, dt_s: float) -> None:
+        self.pauses += pauses
+        self.marks += marks
+        self.dt_s = max(self.dt_s, dt_s)
+        self.ports += 1
+        if pauses > self.top_pauses:
+            self.top_port, self.top_pauses = port, pauses
+
+
+def judge_ecn(det: CountersDetector, state: dict[str, Any], event: Counters,
+              samples: dict[int, PortSample], tally: EcnTally,
+              detections: list[Detection]) -> None:
+    c = det.cong
+    if tally.dt_s <= 0 or tally.top_port is None:
+        return
+    pause_rate = tally.pauses / tally.dt_s
+    ecn_rate = tally.marks / tally.dt_s
+    holder = state.get("ecn")
+    ports: dict[str, PortState] = state["ports"]
+    if (pause_rate >= c.min_pause_frames_per_s
+            and ecn_rate < c.min_ecn_to_pause_ratio * pause_rate):
+        if holder is not None and holder in ports:
+            return  # the device's episode is open
+        state["ecn"] = str(tally.top_port)
+        det._open(ports[str(tally.top_port)], "ecn_pfc", event, samples[tally.top_port],  # noqa: SLF001
+                  DetectionKind.ECN_PFC_MISCONFIG, c.action, {
+                      "scope": "device", "pause_tx_per_s": round(pause_rate, 1),
+                      "ecn_marked_per_s": round(ecn_rate, 1), "ports": tally.ports,
+                      "top_port_pause_tx_per_s": round(tally.top_pauses / tally.dt_s, 1),
+                      "min_ecn_to_pause_ratio": c.min_ecn_to_pause_ratio,
+                      "interval_s": tally.dt_s}, detections)
+    elif holder is not None:
+        del state["ecn"]
+        det._dirty = True  # noqa: SLF001
+        if holder in ports:
+            det._close(ports[holder], "ecn_pfc")  # noqa: SLF001
 
 
 def has_pfcwd(extra: dict[str, Any]) -> bool:

@@ -35,9 +35,11 @@ Semantics:
   without it, received pause frames at ``pauseFramesPerSStorm`` or more, *and* it did not
   drain (``port_xmit_data`` did not move; unknown without that counter, which does not
   excuse it); SONiC's own watchdog verdicts (``pfcwd`` stats) fire it too
-  (``streams.counters.congestion``); ``ecn_pfc_misconfig`` when pause frames (rx + tx) run
-  at ``minPauseFramesPerS`` or more while ECN marks are fewer than ``minEcnToPauseRatio``
-  times the pause frames: ECN should have throttled the senders before PFC had to.
+  (``streams.counters.congestion``); ``ecn_pfc_misconfig`` per device: when the pauses it
+  transmits (summed over its ports) run at ``minPauseFramesPerS`` or more while its egress
+  queues' ECN marks are fewer than ``minEcnToPauseRatio`` times them: ECN at the congested
+  egress should have throttled the senders before the switch had to pause them upstream
+  (received pauses are the upstream's verdict, not this device's).
 * Credit waits (``streams.counters.congestion``): ``congestion`` when PortXmitWait says
   the port had data and no credits more than ``congestionFraction`` of a
   ``congestionWindow``; ``hot_uplink`` when one uplink of a leaf (the plan's) carries a
@@ -103,6 +105,7 @@ class CountersDetector:
                  expectation: Callable[[str, int], Expectation | None] | None = None,
                  uplinks: congestion.UplinksFn | None = None) -> None:
         self._dirty = False
+        self._ecn: congestion.EcnTally | None = None
         fh = policy.fabric_health
         er = fh.error_rates
         self.policy = policy
@@ -139,6 +142,7 @@ class CountersDetector:
         if state is None:
             state = new_state()
         self._dirty = False
+        self._ecn = None
         ports: dict[str, PortState] = state["ports"]
         ts = event.ts
         detections: list[Detection] = []
@@ -236,6 +240,9 @@ class CountersDetector:
                                           fields["port_xmit_data"], detections, judged)
             if extra and congestion.has_pfcwd(extra):
                 congestion.judge_pfcwd(self, ps, event, sample, extra, detections)
+        if self._ecn is not None:
+            congestion.judge_ecn(self, state, event, {s.port: s for s in event.ports},
+                                 self._ecn, detections)
         if judged and self.uplinks is not None:
             congestion.judge_hot(self, ports, event, {s.port: s for s in event.ports},
                                  judged, detections)
@@ -398,7 +405,6 @@ class CountersDetector:
         dt_s = dt_ms / 1000
         last = ps[1]
         rx_rate = deltas[_I_PRX] / dt_s
-        pause_rate = (deltas[_I_PRX] + deltas[_I_PTX]) / dt_s
         c = self.cong
         # Draining: did the port transmit data over this interval (SONiC's watchdog: a
         # paused queue that still drains is congested, not stormed)? Unknown without the
@@ -426,17 +432,13 @@ class CountersDetector:
                 detections)
         elif self._is_open(ps, "pause_storm"):
             self._close(ps, "pause_storm")
-        if last[_I_ECN] is None:
-            return
-        ecn_rate = deltas[_I_ECN] / dt_s
-        if (pause_rate >= c.min_pause_frames_per_s
-                and ecn_rate < c.min_ecn_to_pause_ratio * pause_rate):
-            self._open(ps, "ecn_pfc", event, sample, DetectionKind.ECN_PFC_MISCONFIG, c.action, {
-                "pause_per_s": round(pause_rate, 1), "ecn_marked_per_s": round(ecn_rate, 1),
-                "min_ecn_to_pause_ratio": c.min_ecn_to_pause_ratio, "interval_s": dt_s},
-                detections)
-        elif self._is_open(ps, "ecn_pfc"):
-            self._close(ps, "ecn_pfc")
+        if last[_I_ECN] is not None and last[_I_PTX] is not None:
+            # ECN vs PFC is the device's: its transmitted pauses against its egress queues'
+            # marks, summed over the message's ports (streams.counters.congestion.judge_ecn)
+            acc = self._ecn
+            if acc is None:
+                acc = self._ecn = congestion.EcnTally()
+            acc.add(sample.port, deltas[_I_PTX], deltas[_I_ECN], dt_s)
 
     def _degraded(self, ps: PortState, event: Counters, sample: PortSample,
                   detections: list[Detection]) -> None:
