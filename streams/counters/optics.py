@@ -62,10 +62,16 @@ def judge(det: CountersDetector, ps: PortState, event: Counters, sample: PortSam
         ob[BASE_T] = temp
     if ob[BASE_P] is None and power is not None:
         ob[BASE_P] = power
+    # hundredths are finer than any module reports (and keep the stored state short)
+    if ob[BASE_T] is not None:
+        ob[BASE_T] = round(ob[BASE_T], 2)
+    if ob[BASE_P] is not None:
+        ob[BASE_P] = round(ob[BASE_P], 2)
     low, low_from = _low_dbm(sample, o.rx_power_low_dbm)
     base_t, base_p = ob[BASE_T], ob[BASE_P]
-    ob[TRIG_T] = o.temp_limit_c if base_t is None else min(o.temp_limit_c, base_t + o.temp_rise_c)
-    ob[TRIG_P] = low if base_p is None else max(low, base_p - o.rx_power_drop_db)
+    ob[TRIG_T] = o.temp_limit_c if base_t is None else round(
+        min(o.temp_limit_c, base_t + o.temp_rise_c), 2)
+    ob[TRIG_P] = low if base_p is None else round(max(low, base_p - o.rx_power_drop_db), 2)
     if temp is not None:
         rise = temp - base_t if base_t is not None else 0.0
         if temp > o.temp_limit_c or rise > o.temp_rise_c:
