@@ -22,6 +22,7 @@ Values that a tool prints as unknown (``N/A``, sFlow's 4294967295 sentinel) are 
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -751,6 +752,25 @@ def _mlx_float(value: Any, what: str) -> float | None:
         raise ParseError(None, None, f"mlxlink {what} {value[:40]!r} is not a number") from None
 
 
+_MLX_RANGE = re.compile(r"\[\s*(-?[\d.]+)\s*\.\.\s*(-?[\d.]+)\s*\]\s*$")
+
+
+def _mlx_range(value: Any, what: str) -> tuple[float, float] | None:
+    """The ``[low..high]`` an mlxlink module reading ends with (its thresholds), if any."""
+    if not isinstance(value, str):
+        return None
+    match = _MLX_RANGE.search(value)
+    if match is None:
+        return None
+    try:
+        low, high = float(match.group(1)), float(match.group(2))
+    except ValueError:
+        raise ParseError(None, None, f"mlxlink {what} range {value[:60]!r} is not numbers") from None
+    if not (math.isfinite(low) and math.isfinite(high)) or low > high:
+        raise ParseError(None, None, f"mlxlink {what} range {value[:60]!r} is not low..high")
+    return low, high
+
+
 def _mlx_lanes(value: Any, what: str) -> list[float]:
     """Per-lane values, from ``"3.58,3.25,3.23,2.65 [-9.9..6.9]"`` or ``{"values": [...]}``."""
     if isinstance(value, dict):
@@ -821,6 +841,15 @@ def parse_mlxlink(text: str, *, fabric: str, ts: int, device: str, port: int = 1
         if lanes:
             values["rx_power_dbm"] = min(lanes)
             values["rx_power_dbm_lanes"] = lanes
+        # the module's own thresholds, printed after the value: ``61 [-10..80]``
+        for key, low, high in (("Temperature [C]", None, "module_temp_high_c"),
+                               ("Rx Power Current [dBm]", "rx_power_low_dbm", None)):
+            span = _mlx_range(module.get(key), key)
+            if span is not None:
+                if low:
+                    values[low] = span[0]
+                if high:
+                    values[high] = span[1]
         for key, field in (("Vendor Name", "cable_vendor"), ("Vendor Part Number", "cable_part"),
                            ("Vendor Serial Number", "cable_serial"), ("Identifier", "module")):
             if isinstance(module.get(key), str):

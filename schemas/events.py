@@ -68,6 +68,10 @@ class DetectionKind(StrEnum):
     # A detection for a device or port the fabric's inventory does not have: the dispatcher
     # records and pages it once per port and starts no runbook (issue 21).
     UNKNOWN_DEVICE = "unknown_device"
+    OPTIC_TEMP = "optic_temp"  # a module over its temperature limit or its own baseline
+    OPTIC_POWER = "optic_power"  # Rx power below the module's low threshold or falling fast
+    CONGESTION = "congestion"  # a port waiting for credits a large share of the time
+    HOT_UPLINK = "hot_uplink"  # one uplink of a leaf carrying a multiple of its ECMP peers
 
 
 def ts_to_ms(value: Any) -> int:

@@ -157,13 +157,67 @@ class Ber(_Section):
 
 
 class Congestion(_Section):
-    """RoCE: pause storms, and ECN/PFC misconfiguration (ECN must act before PFC)."""
+    """Congestion: credit waits (IB), hot uplinks, pause storms and ECN/PFC (RoCE).
 
-    pause_storm_fraction: Fraction = 0.5  # of the interval a queue spent paused
+    Pause storm, SONiC's PFC watchdog rule: a queue paused *and not draining* (no data
+    transmitted) for more than ``pause_storm_fraction`` of the interval; its Mellanox
+    detection is "paused more than 99 % of the interval". A paused port that still sends
+    data is congested, not stormed. SONiC's own storm counters (``pfcwd`` stats) fire it too.
+
+    ``congestion``: PortXmitWait as a share of the interval, each tick
+    ``xmit_wait_tick_bytes`` of the port's line rate lost (NVIDIA's ibdiagnet congestion
+    assessment: Quantum, Quantum-2 and Quantum-3 count a tick per 8 bytes of a port; older
+    Switch-IB counts per 32 bytes per lane). Judged over ``congestion_window`` of event time.
+    Above ``congestion_fraction`` (the design's policy: a tenth of the bandwidth lost).
+
+    ``hot_uplink`` (the design's policy): at the same cadence, one uplink of a leaf (from
+    the plan) whose transmitted data or credit-wait share is more than ``hot_uplink_factor``
+    times the median of its ECMP peers' (the leaf's other uplinks), and busy enough to matter
+    (``hot_uplink_min_utilisation`` of its line rate, or waiting over the congestion level).
+    """
+
+    pause_storm_fraction: Fraction = 0.99  # of the interval a queue spent paused, not draining
     pause_frames_per_s_storm: Annotated[float, Field(ge=0)] = 50_000.0
     min_pause_frames_per_s: Annotated[float, Field(ge=0)] = 1000.0  # below: no verdict on ECN
     min_ecn_to_pause_ratio: Annotated[float, Field(ge=0)] = 1.0
+    xmit_wait_tick_bytes: Annotated[float, Field(gt=0)] = 8.0
+    congestion_fraction: Fraction = 0.1
+    congestion_window: Annotated[float, BeforeValidator(parse_duration_s),
+                                 Field(gt=0)] = 60.0
+    hot_uplink_factor: Annotated[float, Field(gt=1)] = 3.0
+    hot_uplink_min_utilisation: Fraction = 0.5
+    hot_uplink_min_peers: Annotated[int, Field(ge=1)] = 2
     action: PolicyAction = "ticket"
+
+
+class Optics(_Section):
+    """Optical modules, from their DDM readings (mlxlink, the host agent).
+
+    Temperature: NVIDIA UFM's port-health (PDR) plugin isolates a port whose module is above
+    ``temp_limit_c`` (70 °C) or ``temp_rise_c`` (10 °C) above the port's own baseline. The
+    baseline is the port's temperature averaged with time constant ``baseline_window``,
+    updated every ``baseline_every`` of event time and not while an optic episode is open (a
+    heating module does not teach itself its heat). An episode ends ``hysteresis_c`` below
+    the level that opened it, so readings jittering around the limit are one episode.
+
+    Rx power (the design's policy): below the module's own low threshold where the collector
+    reports it (mlxlink prints the module's range after the value: ``rx_power_low_dbm``),
+    else below ``rx_power_low_dbm`` (about the low alarm of 400G DR4/SR4 modules; the
+    fixture's CX7 DR4 module says -9.9 dBm), or more than ``rx_power_drop_db`` below the
+    port's baseline (a fast fall: a slow drift moves the baseline with it). It ends
+    ``hysteresis_db`` above the opening level.
+    """
+
+    temp_limit_c: float = 70.0
+    temp_rise_c: Annotated[float, Field(gt=0)] = 10.0
+    hysteresis_c: Annotated[float, Field(ge=0)] = 2.0
+    rx_power_low_dbm: float = -10.0
+    rx_power_drop_db: Annotated[float, Field(gt=0)] = 3.0
+    hysteresis_db: Annotated[float, Field(ge=0)] = 0.5
+    baseline_window: Annotated[float, BeforeValidator(parse_duration_s), Field(gt=0)] = 86400.0
+    baseline_every: Annotated[float, BeforeValidator(parse_duration_s), Field(gt=0)] = 600.0
+    temp_action: PolicyAction = "isolatePort"
+    power_action: PolicyAction = "ticket"
 
 
 class Probes(_Section):
@@ -387,6 +441,7 @@ class FabricHealth(_Section):
     error_rates: ErrorRates = ErrorRates()
     ber: Ber = Ber()
     congestion: Congestion = Congestion()
+    optics: Optics = Optics()
     probes: Probes = Probes()
     counters: Counters = Counters()
     stream: Stream = Stream()

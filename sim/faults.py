@@ -22,9 +22,14 @@ symbol_errors       symbol errors rising to ``per_hour`` (default 2000/h) over `
 counter_saturation  ``counter`` (default symbol_errors) pegged at its register maximum
 swap                the cable of this port and the one of ``with`` swapped ends (topology)
 missing_link        the cable is not there: absent from discovery, port down
-pause_storm         RoCE: one queue paused nonstop, PFC pause frames at line rate
+pause_storm         RoCE: one queue paused nonstop, PFC pause frames at line rate; the port
+                    sends nothing (stuck), or with ``drain=1`` still sends (heavy
+                    congestion, not a storm: the watchdog's rule must not fire)
 ecn_misconfig       RoCE: ECN thresholds wrong on a switch (or port): many pauses, few marks
-hot_uplink          ECMP polarization: this uplink carries most traffic (xmit_wait, probes)
+hot_uplink          ECMP polarization: this uplink carries most traffic (data at line rate,
+                    its ECMP peers ``share`` less; xmit_wait, probes)
+optic_overheat      the module's temperature climbs to ``temp`` (default 75 °C) over ``ramp``
+optic_power         the module's Rx power falls by ``db`` (default 6 dB) over ``ramp``
 slow_link           slow but not dead: counters clean, only probes across it are slower
 spine_reboot        every port of the switch down at once, back after ``for`` (default 3m),
                     then ``bounces`` (default 2) more down/up bounces 15 s apart
@@ -49,18 +54,20 @@ from sim.topology import Fabric, Link, TopologyError, degrade
 FaultKind = Literal[
     "flap", "link_down", "degraded_width", "degraded_speed", "ber", "symbol_errors",
     "counter_saturation", "swap", "missing_link", "pause_storm", "ecn_misconfig",
-    "hot_uplink", "slow_link", "spine_reboot",
+    "hot_uplink", "slow_link", "spine_reboot", "optic_overheat", "optic_power",
 ]
 KINDS: tuple[str, ...] = (
     "flap", "link_down", "degraded_width", "degraded_speed", "ber", "symbol_errors",
     "counter_saturation", "swap", "missing_link", "pause_storm", "ecn_misconfig",
-    "hot_uplink", "slow_link", "spine_reboot",
+    "hot_uplink", "slow_link", "spine_reboot", "optic_overheat", "optic_power",
 )
 ALIASES = {"saturate": "counter_saturation", "saturation": "counter_saturation",
            "down": "link_down", "width": "degraded_width", "speed": "degraded_speed",
            "swapped": "swap", "swap_cable": "swap", "missing": "missing_link",
            "pause": "pause_storm", "ecn": "ecn_misconfig", "hot": "hot_uplink",
-           "slow": "slow_link", "reboot": "spine_reboot", "switch_reboot": "spine_reboot"}
+           "slow": "slow_link", "reboot": "spine_reboot", "switch_reboot": "spine_reboot",
+           "overheat": "optic_overheat", "optic_temp": "optic_overheat",
+           "rx_power": "optic_power"}
 DEVICE_FAULTS = frozenset({"spine_reboot", "ecn_misconfig"})  # the port is optional
 ROCE_FAULTS = frozenset({"pause_storm", "ecn_misconfig"})
 TOPOLOGY_FAULTS = frozenset({"swap", "missing_link", "degraded_width", "degraded_speed"})
@@ -69,7 +76,8 @@ _PARAMS: dict[str, str] = {
     "at": "duration", "every": "duration", "within": "duration", "for": "duration",
     "count": "int", "down": "duration", "ramp": "duration", "width": "str", "speed": "str",
     "raw": "float", "per_hour": "float", "counter": "str", "with": "str", "factor": "float",
-    "share": "float", "prio": "int", "rate": "float", "bounces": "int",
+    "share": "float", "prio": "int", "rate": "float", "bounces": "int", "temp": "float",
+    "db": "float", "drain": "int",
 }
 _SPEC = re.compile(r"^\s*([A-Za-z_]+)\s*:\s*([^:,\s]+)(?::(\d+))?\s*(?:,(.*))?$")
 DEFAULTS: dict[str, dict[str, Any]] = {
@@ -81,7 +89,9 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "counter_saturation": {"counter": "symbol_errors", "per_hour": 100.0},
     "slow_link": {"factor": 0.6},
     "hot_uplink": {"share": 0.9, "factor": 0.7},
-    "pause_storm": {"prio": 3, "rate": 80_000.0},
+    "pause_storm": {"prio": 3, "rate": 80_000.0, "drain": 0},
+    "optic_overheat": {"temp": 75.0},
+    "optic_power": {"db": 6.0},
     "ecn_misconfig": {"rate": 3_000.0},
     # Links to a rebooting switch come back and drop again while its firmware settles;
     # with 2 extra bounces every peer port sees 3 downs: the flap rule fires on all at once.
@@ -118,6 +128,9 @@ class Fault:
     prio: int | None = None
     rate: float | None = None
     bounces: int | None = None  # spine_reboot: extra bounces of every link after the boot
+    temp: float | None = None  # optic_overheat: the module's temperature at the ramp's end
+    db: float | None = None  # optic_power: how far Rx power falls
+    drain: int | None = None  # pause_storm: 1 = the paused port still transmits
     label: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -159,6 +172,13 @@ class Fault:
                 raise FaultError(f"unknown speed {self.speed!r}")
         if kind == "swap" and (self.with_device is None or self.with_port is None):
             raise FaultError("swap needs the other cable's end: swap:DEV:PORT,with=DEV2:PORT2")
+        if self.drain is not None and self.drain not in (0, 1):
+            raise FaultError("drain is 0 (the paused queue is stuck) or 1 (it drains)")
+        if self.db is not None and self.db <= 0:
+            raise FaultError("db is how far Rx power falls, more than 0")
+        if self.counter == "xmit_wait":
+            raise FaultError("the simulator reads the 64-bit extended PortXmitWait, which "
+                             "does not saturate")
         if self.factor is not None and not 0 <= self.factor <= 1:
             raise FaultError("factor must be between 0 and 1")
         if not self.label:
@@ -213,7 +233,9 @@ class Fault:
                             ("factor", self.factor), ("share", self.share),
                             ("prio", self.prio), ("rate", self.rate),
                             ("bounces", self.bounces if self.kind == "spine_reboot" and
-                             self.bounces != 2 else None)):
+                             self.bounces != 2 else None),
+                            ("temp", self.temp), ("db", self.db),
+                            ("drain", self.drain if self.drain else None)):
             if value is not None:
                 parts.append(f"{name}={value}")
         return ",".join(parts)

@@ -50,8 +50,10 @@ from sim.topology import LANE_GBPS, WIDTH_LANES, Fabric, Hca, Link
 SOURCE = "sim"
 TRAP_LINK_STATE_CHANGE = 128
 CAP64 = 2**64 - 1
-CAPS = [2 ** LEGACY_COUNTER_BITS[f] - 1 if f in LEGACY_COUNTER_BITS else CAP64
-        for f in COUNTER_FIELDS]
+# PortXmitWait is read from PortCountersExtended (64 bits, as ``perfquery -x`` prints it):
+# at a real credit-wait share the 32-bit legacy register pegs within seconds.
+CAPS = [2 ** LEGACY_COUNTER_BITS[f] - 1 if f in LEGACY_COUNTER_BITS and f != "xmit_wait"
+        else CAP64 for f in COUNTER_FIELDS]
 F = {name: i for i, name in enumerate(COUNTER_FIELDS)}
 SYM, LER, LDN, RCV, RRP, XDS, XWT = (F[n] for n in (
     "symbol_errors", "link_error_recovery", "link_downed", "rcv_errors",
@@ -65,9 +67,14 @@ NCCL_BUSBW_EFFICIENCY = 0.92
 IB_WRITE_BW_SIZE = 8 * 1024 * 1024
 NCCL_SIZE = 1024 * 1024 * 1024
 PROBATION_STEPS = 60  # a link back from isolation is probed every step for this many
-# xmit_wait ticks per second on a busy port, and on a polarized (hot) uplink.
-XMIT_WAIT_BUSY = 20_000.0
-XMIT_WAIT_HOT = 5_000_000.0
+# xmit_wait ticks per second on a busy port, and on a polarized (hot) uplink. A tick is
+# 8 bytes of the port's line rate (Quantum-2): at NDR 4X 6.25e9 ticks are one second, so a
+# busy port waits ~1 % of the time and a hot uplink ~30 % (the congestion rule's 10 %).
+XMIT_WAIT_BUSY = 1.0e8
+XMIT_WAIT_HOT = 2.0e9
+# Share of the interval a RoCE port spends paused: a healthy busy port, a stormed queue.
+PAUSED_BUSY = 0.002
+PAUSED_STORM = 0.998
 
 
 log = logging.getLogger(__name__)
@@ -106,7 +113,8 @@ def decode_messages(messages: Iterable[Message]) -> list[Event]:
 class _Mod:
     """What continuous faults do to one port during a step."""
 
-    __slots__ = ("raw", "sym", "sat", "prx", "ptx", "ecn_scale", "xw", "disc", "power")
+    __slots__ = ("raw", "sym", "sat", "prx", "ptx", "ecn_scale", "xw", "disc", "power",
+                 "temp", "util", "tx_scale", "paused")
 
     def __init__(self) -> None:
         self.raw: float | None = None
@@ -118,6 +126,10 @@ class _Mod:
         self.xw = 0.0
         self.disc = 0.0
         self.power = 0.0
+        self.temp = 0.0  # degrees over the module's own
+        self.util: float | None = None  # the port's transmit utilisation, where a fault sets it
+        self.tx_scale = 1.0  # its transmitted data, scaled
+        self.paused = 0.0  # share of the interval its queue spent paused
 
 
 class Simulator:
@@ -183,6 +195,10 @@ class Simulator:
             self.dev_ports.append((device, idx))
         n = len(self.p_dev)
         self.cnt: list[list[int]] = [[0] * len(COUNTER_FIELDS) for _ in range(n)]
+        # PortXmitData (4-octet words) and, with RoCE, microseconds paused (mlx5's
+        # rx_prio*_pause_duration): beside cnt, which follows the ledger's counter columns
+        self.xdata = [0] * n
+        self.pdur = [0] * n
         # Per-port character: pre-FEC BER, post-FEC BER, temperature, optical power, load.
         rng = random.Random(f"{seed}:ports")  # noqa: S311 - simulation noise, not secrets
         self.base_raw = [10 ** rng.uniform(-10.0, -8.0) for _ in range(n)]
@@ -347,6 +363,7 @@ class Simulator:
                 pi = self._port_of_key(key)
                 if pi is not None:
                     self.cnt[pi] = [0] * len(COUNTER_FIELDS)
+                    self.xdata[pi] = self.pdur[pi] = 0
         self._seen_resets = dict(view.resets)
         for key, when in view.repaired.items():
             if when != self._seen_repaired.get(key):
@@ -516,7 +533,9 @@ class Simulator:
                 else:
                     self.rebooting.discard(fault.device)
                     for p in self.fabric.device_ports(fault.device):
-                        self.cnt[self.port_index[(fault.device, p)]] = [0] * len(COUNTER_FIELDS)
+                        pi = self.port_index[(fault.device, p)]
+                        self.cnt[pi] = [0] * len(COUNTER_FIELDS)
+                        self.xdata[pi] = self.pdur[pi] = 0
                     for li in links:
                         self._cause(li, f"f{fi}", False, t, events)
             elif kind == "counter_saturation" and starting and fault.port is not None:
@@ -572,13 +591,27 @@ class Simulator:
                 m.xw += XMIT_WAIT_HOT
                 m.disc += 5.0
                 m.ecn_scale *= 20.0
+                m.util = 0.97  # the polarised hash puts the leaf's flows on this one
+                for pli in self.up.get(fault.device, ()):
+                    if pli != li and self.links[pli].a_device == fault.device:
+                        mod(fault.device, self.links[pli].a_port).tx_scale *= (
+                            1.0 - (fault.share or 0.9))
                 self.l_factor[li] = min(self.l_factor[li], fault.factor or 0.7)
             elif kind == "pause_storm" and port is not None:
                 rate = fault.rate or 80_000.0
-                mod(fault.device, port).prx += rate
+                m = mod(fault.device, port)
+                m.prx += rate
+                m.paused = max(m.paused, PAUSED_STORM)
+                if not fault.drain:
+                    m.tx_scale = 0.0  # stuck: nothing leaves the paused queue
                 peer = self.links[li].other_end(fault.device, port)
                 mod(*peer).ptx += rate
-                self.l_factor[li] = min(self.l_factor[li], 0.05)
+                self.l_factor[li] = min(self.l_factor[li], 0.05 if not fault.drain else 0.5)
+            elif kind == "optic_overheat" and port is not None:
+                pi = self.port_index[(fault.device, port)]
+                mod(fault.device, port).temp += max(0.0, (fault.temp or 75.0) - self.temp[pi]) * frac
+            elif kind == "optic_power" and port is not None:
+                mod(fault.device, port).power -= (fault.db or 6.0) * frac
             elif kind == "ecn_misconfig":
                 rate = fault.rate or 3_000.0
                 ports = [port] if port is not None else self.fabric.device_ports(fault.device)
@@ -616,6 +649,7 @@ class Simulator:
         temp = self.temp
         power = self.power
         util = self.util
+        xdata = self.xdata
         roce = self.roce
         cap16 = CAPS[SYM]
         cap8 = CAPS[LER]
@@ -639,6 +673,9 @@ class Simulator:
                 u3 = r()
                 if causes[li]:
                     down = _down_sample(p_port[pi], c, p_hca[pi], roce)
+                    down["port_xmit_data"] = xdata[pi]
+                    if roce:
+                        down["pfc_pause_duration_us"] = self.pdur[pi]
                     if pi in sat_prev or _any_at_max(c):
                         self._mark_bits(pi, c, down)
                     samples.append(down)
@@ -647,13 +684,20 @@ class Simulator:
                 raw = base_raw[pi]
                 eff = base_eff[pi]
                 pw = power[pi]
+                tc = temp[pi]
                 sym_extra = 0.0
+                tx_util = util[pi]
                 if m is not None:
                     if m.raw is not None:
                         raw = m.raw
                         eff = max(eff, _effective_ber(raw))
                     pw += m.power
+                    tc += m.temp
                     sym_extra = m.sym
+                    if m.util is not None:
+                        tx_util = m.util
+                    tx_util *= m.tx_scale
+                xdata[pi] += int(tx_util * l_bps[li] * dt * (0.95 + 0.1 * u2) / 32)
                 bits = l_bps[li] * dt
                 lam = bits * raw
                 fec = int(lam + (u1 - 0.5) * 2.0 * sqrt(lam))
@@ -695,8 +739,9 @@ class Simulator:
                     "fec_corrected": c[FEC], "fec_uncorrectable": c[FUN],
                     "raw_ber": float(f"{raw:.3g}"), "effective_ber": float(f"{eff:.3g}"),
                     "width": l_width[li], "speed": l_speed[li],
-                    "module_temp_c": round(temp[pi] + (u3 - 0.5), 1),
+                    "module_temp_c": round(tc + (u3 - 0.5), 1),
                     "rx_power_dbm": round(pw + (u1 - 0.5) * 0.1, 2),
+                    "port_xmit_data": xdata[pi],
                 }
                 if roce or p_hca[pi]:
                     self._transport_counters(pi, c, s, m, dt, u1, u2, roce)
@@ -753,6 +798,11 @@ class Simulator:
         s["pfc_pause_rx"] = c[PRX]
         s["pfc_pause_tx"] = c[PTX]
         s["ecn_marked"] = c[ECN]
+        paused = PAUSED_BUSY * ut * (0.5 + u1)
+        if m is not None and m.paused:
+            paused = m.paused
+        self.pdur[pi] += int(paused * dt * 1e6)
+        s["pfc_pause_duration_us"] = self.pdur[pi]
         if hca:
             c[CNS] += int(ecn * 0.5 * dt * (0.8 + 0.4 * u1))
             c[CNH] += int(ecn * 0.5 * dt * (0.8 + 0.4 * u2))

@@ -70,6 +70,8 @@ class Context:
     paths: probes.PathFn | None = None
     su_of: Callable[[str], str | None] = breaker.su_from_name
     ports_per_su: Mapping[str, int] = field(default_factory=dict)
+    # (device) -> a leaf's uplink ports (its ECMP peers), for the hot-uplink rule
+    uplinks: Callable[[str], frozenset[int] | None] | None = None
 
 
 class Engine:
@@ -78,7 +80,8 @@ class Engine:
     def __init__(self, policy: Policy, context: Context | None = None) -> None:
         self.policy = policy
         self.context = context or Context()
-        self.counters = CountersDetector(policy, self.context.expectation)
+        self.counters = CountersDetector(policy, self.context.expectation,
+                                         self.context.uplinks)
         self.stale = StaleDetector(policy)
         self.scopes: dict[str, Any] = {}  # stale detector states by scope
         self.flap: dict[str, FlapState] = {}

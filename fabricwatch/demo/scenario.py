@@ -106,6 +106,8 @@ def build_scenario(preset: str, *, short: bool = False, fabric_name: str | None 
     def at(seconds: float) -> str:
         return f"{seconds * scale:.0f}s"
 
+    hot_port = min(x.a_port for x in fabric.links
+                   if x.a_device == leaf(2, 4) and x.tier != "host")
     ib = fabric_name or fabric.params.fabric
     roce = f"{ib}-roce"
     expectations = [
@@ -127,6 +129,13 @@ def build_scenario(preset: str, *, short: bool = False, fabric_name: str | None 
                     after_s=240 * scale, incident_root=spine),
         Expectation("RoCE pause storm", roce, f"pause_storm:node0003/mlx5_0:1,at={at(30)}",
                     "pause_storm", frozenset({"node0003/mlx5_0:1", "leaf-su01-r0:3"})),
+        # PDR's limit: a module past 70 °C
+        Expectation("overheating optic", ib,
+                    f"optic_overheat:{node_b}/mlx5_6:1,temp=76,at={at(30)}", "optic_temp",
+                    frozenset({f"{node_b}/mlx5_6:1"})),
+        # ECMP polarisation: the plan names the leaf's uplinks, one carries its peers' load
+        Expectation("hot uplink", ib, f"hot_uplink:{leaf(2, 4)}:{hot_port}", "hot_uplink",
+                    frozenset({f"{leaf(2, 4)}:{hot_port}"})),
     ]
     def node(k: int, n: int) -> str:
         return f"node{(su(k) - 1) * nodes_per_su + n:04d}"

@@ -300,6 +300,33 @@ def expectation_from_plan(plan: Plan,
     return lookup
 
 
+def uplinks_from_plan(plan: Plan) -> Callable[[str], frozenset[int] | None]:
+    """``device -> its uplink ports`` for a leaf, else None.
+
+    A leaf is a switch with a host behind one of its ports (a host end names an HCA,
+    ``node0042/mlx5_3``); its uplinks are its ports cabled to another switch: the ECMP (or
+    adaptive-routing) peers that traffic up the tree is spread over (the hot-uplink rule).
+    """
+    def is_host(name: str) -> bool:
+        return "/" in name
+
+    up: dict[str, set[int]] = {}
+    leaves: set[str] = set()
+    for link in plan.links:
+        a, b = canonical_device(link.a_device), canonical_device(link.b_device)
+        if is_host(a) != is_host(b):
+            leaves.add(b if is_host(a) else a)
+        elif not is_host(a):
+            up.setdefault(a, set()).add(link.a_port)
+            up.setdefault(b, set()).add(link.b_port)
+    table = {leaf: frozenset(up[leaf]) for leaf in leaves if leaf in up}
+
+    def lookup(device: str) -> frozenset[int] | None:
+        return table.get(canonical_device(device))
+
+    return lookup
+
+
 def load_plan_file(path: Path) -> Plan:
     """The plan in the CSV file ``path``; ``PlanError`` names the file and the line."""
     try:

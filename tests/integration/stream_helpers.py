@@ -35,11 +35,14 @@ class Worker:
         self.log = state_dir / f"worker-{app_id}.log"
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self, ledger: bool = False, policy: Path | None = None) -> None:
+    def start(self, ledger: bool = False, policy: Path | None = None,
+              plan: Path | None = None) -> None:
         env = {**os.environ, "FABRICWATCH_STATE_DIR": str(self.state_dir),
                "FABRICWATCH_KAFKA__BOOTSTRAP": self.bootstrap}
         if policy is not None:
             env["FABRICWATCH_POLICY_PATH"] = str(policy)
+        if plan is not None:  # the cable plan: degraded-link expectations, ECMP uplinks
+            env["FABRICWATCH_PLAN_PATH"] = str(plan)
         start_at = self.log.stat().st_size if self.log.exists() else 0
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(

@@ -10,7 +10,9 @@ from schemas.policy import Policy
 from sim.faults import parse_spec
 from sim.telemetry import Simulator
 from sim.topology import Params, generate
+from streams.engine import Context
 from streams.replay import replay
+from streams.topology.plan import load_plan, uplinks_from_plan
 
 START = 1_790_000_000_000
 LAB = generate("lab")
@@ -23,8 +25,10 @@ def _detections(fabric_name: str, spec: str | None, steps: int) -> set[tuple[str
     faults = [parse_spec(spec)] if spec else []
     s = Simulator(fabric, faults=faults, start_ms=START, probe_every=1, topology_every=0)
     lines = [m.value for _ in range(steps) for m in s.step().messages]
+    # the plan says which leaf ports are ECMP peers (the hot-uplink rule)
+    context = Context(uplinks=uplinks_from_plan(load_plan(fabric.to_plan_csv())))
     return {(d.detection.value, f"{d.device}:{d.port}")
-            for d in replay(lines, Policy(), on_error=None)}
+            for d in replay(lines, Policy(), context=context, on_error=None)}
 
 
 @pytest.mark.parametrize("fabric,spec,steps,expected", [
@@ -39,8 +43,11 @@ def _detections(fabric_name: str, spec: str | None, steps: int) -> set[tuple[str
      ("counter_saturated", "leaf-su01-r0:3")),
     ("lab", "slow_link:node0004/mlx5_2:1", 8, ("slow_probe", "node0004/mlx5_2:1")),
     ("roce", "pause_storm:node0001/mlx5_0:1", 8, ("pause_storm", "node0001/mlx5_0:1")),
-    ("roce", "ecn_misconfig:leaf-su01-r1", 8, ("ecn_pfc_misconfig", "leaf-su01-r1:1")),
     ("lab", "spine_reboot:spine-su01-s1,at=20s,for=60s", 16, ("flap", "leaf-su01-r0:5")),
+    ("lab", "optic_overheat:node0002/mlx5_1:1,at=20s", 4, ("optic_temp", "node0002/mlx5_1:1")),
+    ("lab", "optic_power:leaf-su01-r2:1,at=20s", 4, ("optic_power", "leaf-su01-r2:1")),
+    ("lab", "hot_uplink:leaf-su01-r0:6", 14, ("hot_uplink", "leaf-su01-r0:6")),
+    ("lab", "hot_uplink:leaf-su01-r0:6", 14, ("congestion", "leaf-su01-r0:6")),
 ])
 def test_fault_is_detected(fabric: str, spec: str, steps: int,
                            expected: tuple[str, str]) -> None:
@@ -57,3 +64,25 @@ def test_spine_reboot_is_the_breakers_case() -> None:
 @pytest.mark.parametrize("fabric", ["lab", "roce"])
 def test_healthy_fabric_is_quiet(fabric: str) -> None:
     assert _detections(fabric, None, 120) == set()  # 20 minutes of a healthy fabric
+
+
+def test_hot_uplink_names_the_polarised_port_only() -> None:
+    found = _detections("lab", "hot_uplink:leaf-su01-r0:6", 14)
+    assert {port for kind, port in found if kind == "hot_uplink"} == {"leaf-su01-r0:6"}
+
+
+def test_pause_storm_needs_a_stuck_queue() -> None:
+    # the watchdog's rule: a queue paused 99.8 % of the time that still sends data is
+    # heavy congestion, not a storm; the same queue sending nothing is one
+    stuck = _detections("roce", "pause_storm:node0001/mlx5_0:1", 8)
+    draining = _detections("roce", "pause_storm:node0001/mlx5_0:1,drain=1", 8)
+    assert ("pause_storm", "node0001/mlx5_0:1") in stuck
+    assert not any(kind == "pause_storm" for kind, _ in draining)
+
+
+def test_ecn_misconfig_is_the_switchs() -> None:
+    # judged per device: the misconfigured switch sends the pauses and marks too little;
+    # its peers, paused by it, are not misconfigured
+    found = _detections("roce", "ecn_misconfig:leaf-su01-r1", 8)
+    ecn = {port for kind, port in found if kind == "ecn_pfc_misconfig"}
+    assert len(ecn) == 1 and next(iter(ecn)).startswith("leaf-su01-r1:")

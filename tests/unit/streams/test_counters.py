@@ -173,18 +173,47 @@ def test_pause_storm_from_duration_and_from_frame_rate() -> None:
     run = Run()
     run(msg(0, sample(port=1, pfc_pause_rx=0, pfc_pause_duration_us=0),
             sample(port=2, pfc_pause_rx=0)))
-    run(msg(10 * S, sample(port=1, pfc_pause_rx=10, pfc_pause_duration_us=6_000_000),
+    run(msg(10 * S, sample(port=1, pfc_pause_rx=10, pfc_pause_duration_us=9_950_000),
             sample(port=2, pfc_pause_rx=600_000)))
     assert sorted(run.kinds()) == [("pause_storm", 1, 10 * S), ("pause_storm", 2, 10 * S)]
+
+
+def test_paused_most_of_the_interval_is_not_yet_a_storm() -> None:
+    # SONiC's watchdog (Mellanox): paused more than 99 % of the interval; 60 % is congestion
+    run = Run()
+    run(msg(0, sample(port=1, pfc_pause_rx=0, pfc_pause_duration_us=0)))
+    run(msg(10 * S, sample(port=1, pfc_pause_rx=10, pfc_pause_duration_us=6_000_000)))
+    run(msg(20 * S, sample(port=1, pfc_pause_rx=20, pfc_pause_duration_us=15_880_000)))
+    assert run.kinds() == []
 
 
 def test_ecn_pfc_misconfig() -> None:
     run = Run()
     run(msg(0, sample(port=1, pfc_pause_tx=0, ecn_marked=0),
             sample(port=2, pfc_pause_tx=0, ecn_marked=0)))
-    run(msg(10 * S, sample(port=1, pfc_pause_tx=20_000, ecn_marked=100),  # PFC before ECN
-            sample(port=2, pfc_pause_tx=20_000, ecn_marked=50_000)))  # ECN working
+    # the switch pauses its upstream out of port 1 while its egress queues mark little
+    run(msg(10 * S, sample(port=1, pfc_pause_tx=20_000, ecn_marked=100),
+            sample(port=2, pfc_pause_tx=5_000, ecn_marked=200)))
     assert run.kinds() == [("ecn_pfc_misconfig", 1, 10 * S)]
+    ev = run.fired[0].evidence
+    assert ev["scope"] == "device" and ev["pause_tx_per_s"] == 2500.0 and ev["ports"] == 2
+    # still so: one episode; then the marks keep up (at port 2's egress): it ends
+    run(msg(20 * S, sample(port=1, pfc_pause_tx=40_000, ecn_marked=200),
+            sample(port=2, pfc_pause_tx=10_000, ecn_marked=300)))
+    run(msg(30 * S, sample(port=1, pfc_pause_tx=60_000, ecn_marked=300),
+            sample(port=2, pfc_pause_tx=15_000, ecn_marked=60_000)))
+    assert len(run.fired) == 1
+    run(msg(40 * S, sample(port=1, pfc_pause_tx=80_000, ecn_marked=400),
+            sample(port=2, pfc_pause_tx=20_000, ecn_marked=60_100)))
+    assert run.kinds() == [("ecn_pfc_misconfig", 1, 10 * S), ("ecn_pfc_misconfig", 1, 40 * S)]
+
+
+def test_received_pauses_are_not_the_devices_ecn_verdict() -> None:
+    # a port paused by its upstream with no marks of its own: the upstream's business
+    run = Run()
+    run(msg(0, sample(port=1, pfc_pause_rx=0, pfc_pause_tx=0, ecn_marked=0)))
+    run(msg(10 * S, sample(port=1, pfc_pause_rx=40_000, pfc_pause_tx=0, ecn_marked=0)))
+    assert run.kinds() == []
 
 
 def test_degraded_link_once_per_episode_rearms() -> None:

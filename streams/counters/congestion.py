@@ -1,0 +1,199 @@
+"""Credit-wait congestion, hot uplinks and SONiC's own pause-storm counters.
+
+``congestion`` and ``hot_uplink`` are judged over ``congestion_window`` of event time, not
+per sample: a port keeps one anchor (``"q"`` in its rarer state: ``[ts, xmit_wait,
+port_xmit_data]``) and is looked at when the window has passed, so a busy port whose
+PortXmitWait moves every sample still costs one comparison most samples. The ports of one
+device start their windows together (one message carries them all), so the leaf's uplinks
+are judged side by side in the same message: ``judge_hot`` after the port loop.
+
+PortXmitWait ticks are ``xmit_wait_tick_bytes`` of the port's line rate each (NVIDIA's
+ibdiagnet congestion assessment), so the share of the window the port had data and no
+credits is ``ticks * tick_bytes * 8 / (line rate * window)``. ``port_xmit_data`` counts
+4-octet words (IBA PortXmitData). Thresholds: ``schemas.policy.Congestion``.
+
+ECN vs PFC (``judge_ecn``) is a device's: the pauses it transmits (summed over its ports;
+marks happen at the congested egress queue while pauses go out of the ingress ports) against
+its ECN marks, over the message's interval. The episode is held by the port that sent the
+most pauses (``state["ecn"]`` names it) and ends when the device's marks keep up again.
+
+SONiC's PFC watchdog (``pfcwd show stats``, parsed to ``pfcwd_q<N>_status`` and
+``pfcwd_q<N>_storms_detected``): a queue it reports ``stormed``, or whose detected-storm
+count rose since the port's last such sample, is a ``pause_storm`` (``judge_pfcwd``).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from schemas import Counters, Detection, DetectionKind, PortSample
+from schemas.policy import WIDTH_RANK
+
+if TYPE_CHECKING:
+    from streams.counters.logic import CountersDetector, PortState
+
+CONGESTION, HOT, PFCWD = "congestion", "hot_uplink", "pause_storm:pfcwd"
+# (port, wait share, utilisation or None, window s) of the ports judged in this message
+Judged = tuple[int, float, float | None, float]
+UplinksFn = Callable[[str], frozenset[int] | None]
+
+
+def line_bps(det: CountersDetector, ps: PortState, sample: PortSample) -> float:
+    """The port's line rate in bit/s from its width and speed (last known, else the policy's)."""
+    from streams.counters.logic import LANE_GBPS
+
+    ext = ps[2] or {}
+    width = sample.width or ext.get("w") or det.degraded.expect_width
+    speed = sample.speed or ext.get("s") or det.degraded.expect_speed
+    return LANE_GBPS.get(speed, 100.0) * WIDTH_RANK.get(width, 4) * 1e9
+
+
+def judge_wait(det: CountersDetector, ps: PortState, event: Counters, sample: PortSample,
+               wait: int, data: int | None, detections: list[Detection],
+               judged: list[Judged]) -> None:
+    """Close the port's window: its credit-wait share and utilisation, ``congestion``."""
+    ext = det._ext(ps)  # noqa: SLF001 - the detector's own helpers, one home for state
+    ts = event.ts
+    q: list[Any] | None = ext.get("q")
+    ext["q"] = [ts, wait, data]
+    if q is None or ts <= q[0]:
+        return
+    dt_s = (ts - q[0]) / 1000
+    # a decrease is a reset: the new value counts from zero
+    d_wait = wait - q[1] if wait >= q[1] else wait
+    d_data = None
+    if data is not None and q[2] is not None:
+        d_data = data - q[2] if data >= q[2] else data
+    bps = line_bps(det, ps, sample)
+    c = det.cong
+    share = min(1.0, d_wait * c.xmit_wait_tick_bytes * 8 / (bps * dt_s))
+    util = None if d_data is None else min(1.0, d_data * 32 / (bps * dt_s))
+    judged.append((sample.port, share, util, dt_s))
+    if share > c.congestion_fraction:
+        det._open(ps, CONGESTION, event, sample, DetectionKind.CONGESTION, c.action, {  # noqa: SLF001
+            "xmit_wait_share": round(share, 4), "threshold": c.congestion_fraction,
+            "xmit_wait_ticks": d_wait, "tick_bytes": c.xmit_wait_tick_bytes,
+            "line_gbps": bps / 1e9, "window_s": dt_s,
+            "utilisation": None if util is None else round(util, 4)}, detections)
+    else:
+        det._close(ps, CONGESTION)  # noqa: SLF001
+
+
+def judge_hot(det: CountersDetector, ports: dict[str, PortState], event: Counters,
+              samples: dict[int, PortSample], judged: list[Judged],
+              detections: list[Detection]) -> None:
+    """Each uplink of the leaf judged in this message against its ECMP peers' median."""
+    if det.uplinks is None:
+        return
+    ups = det.uplinks(event.device)
+    if not ups:
+        return
+    rows = [r for r in judged if r[0] in ups]
+    c = det.cong
+    if len(rows) < c.hot_uplink_min_peers + 1:
+        return  # too few peers judged together to call one of them the odd one
+    for i, (port, share, util, dt_s) in enumerate(rows):
+        peers = rows[:i] + rows[i + 1:]
+        peer_wait = statistics.median(r[1] for r in peers)
+        utils = [r[2] for r in peers if r[2] is not None]
+        peer_util = statistics.median(utils) if utils else None
+        by_load = (util is not None and peer_util is not None
+                   and util >= c.hot_uplink_min_utilisation
+                   and util > c.hot_uplink_factor * peer_util)
+        by_wait = share > c.congestion_fraction and share > c.hot_uplink_factor * peer_wait
+        ps = ports[str(port)]
+        if by_load or by_wait:
+            det._open(ps, HOT, event, samples[port], DetectionKind.HOT_UPLINK, c.action, {  # noqa: SLF001
+                "utilisation": None if util is None else round(util, 4),
+                "peers_median_utilisation": (None if peer_util is None
+                                             else round(peer_util, 4)),
+                "xmit_wait_share": round(share, 4),
+                "peers_median_xmit_wait_share": round(peer_wait, 4),
+                "factor": c.hot_uplink_factor, "peers": sorted(r[0] for r in peers),
+                "by": "load" if by_load else "wait", "window_s": dt_s}, detections)
+        else:
+            det._close(ps, HOT)  # noqa: SLF001
+
+
+class EcnTally:
+    """A message's transmitted pauses and ECN marks over the ports that report both."""
+
+    __slots__ = ("pauses", "marks", "dt_s", "top_port", "top_pauses", "ports")
+
+    def __init__(self) -> None:
+        self.pauses = self.marks = 0
+        self.dt_s = 0.0
+        self.top_port: int | None = None
+        self.top_pauses = -1
+        self.ports = 0
+
+    def add(self, port: int, pauses: int, marks: int, dt_s: float) -> None:
+        self.pauses += pauses
+        self.marks += marks
+        self.dt_s = max(self.dt_s, dt_s)
+        self.ports += 1
+        if pauses > self.top_pauses:
+            self.top_port, self.top_pauses = port, pauses
+
+
+def judge_ecn(det: CountersDetector, state: dict[str, Any], event: Counters,
+              samples: dict[int, PortSample], tally: EcnTally,
+              detections: list[Detection]) -> None:
+    c = det.cong
+    if tally.dt_s <= 0 or tally.top_port is None:
+        return
+    pause_rate = tally.pauses / tally.dt_s
+    ecn_rate = tally.marks / tally.dt_s
+    holder = state.get("ecn")
+    ports: dict[str, PortState] = state["ports"]
+    if (pause_rate >= c.min_pause_frames_per_s
+            and ecn_rate < c.min_ecn_to_pause_ratio * pause_rate):
+        if holder is not None and holder in ports:
+            return  # the device's episode is open
+        state["ecn"] = str(tally.top_port)
+        det._open(ports[str(tally.top_port)], "ecn_pfc", event, samples[tally.top_port],  # noqa: SLF001
+                  DetectionKind.ECN_PFC_MISCONFIG, c.action, {
+                      "scope": "device", "pause_tx_per_s": round(pause_rate, 1),
+                      "ecn_marked_per_s": round(ecn_rate, 1), "ports": tally.ports,
+                      "top_port_pause_tx_per_s": round(tally.top_pauses / tally.dt_s, 1),
+                      "min_ecn_to_pause_ratio": c.min_ecn_to_pause_ratio,
+                      "interval_s": tally.dt_s}, detections)
+    elif holder is not None:
+        del state["ecn"]
+        det._dirty = True  # noqa: SLF001
+        if holder in ports:
+            det._close(ports[holder], "ecn_pfc")  # noqa: SLF001
+
+
+def has_pfcwd(extra: dict[str, Any]) -> bool:
+    return any(k.startswith("pfcwd_q") for k in extra)
+
+
+def judge_pfcwd(det: CountersDetector, ps: PortState, event: Counters, sample: PortSample,
+                extra: dict[str, Any], detections: list[Detection]) -> None:
+    """SONiC's watchdog verdicts per queue: stormed now, or a storm detected since last."""
+    ext = det._ext(ps)  # noqa: SLF001
+    last: dict[str, int] = ext.get("wd") or {}
+    now: dict[str, int] = {}
+    stormed: list[str] = []
+    detected: dict[str, int] = {}
+    for key, value in extra.items():
+        if not key.startswith("pfcwd_q"):
+            continue
+        queue, _, what = key[len("pfcwd_q"):].partition("_")
+        if what == "status" and value == "stormed":
+            stormed.append(queue)
+        elif what == "storms_detected" and isinstance(value, int):
+            now[queue] = value
+            before = last.get(queue)
+            if before is not None and value > before:
+                detected[queue] = value - before
+    ext["wd"] = now
+    if stormed or detected:
+        det._open(ps, PFCWD, event, sample, DetectionKind.PAUSE_STORM, det.cong.action, {  # noqa: SLF001
+            "rule": "pfcwd", "stormed_queues": sorted(stormed),
+            "storms_detected": detected, "interface": extra.get("interface")}, detections)
+    else:
+        det._close(ps, PFCWD)  # noqa: SLF001
