@@ -152,3 +152,22 @@ def test_the_soak_judges_at_normal() -> None:
     history = raw_history([(2e-6, 10)])  # between normal and warning
     assert run(history) == []
     assert kinds(run(history, soak)) == [("ber", 5)]
+
+
+def test_mlxlinks_own_output_names_its_link_type() -> None:
+    from pathlib import Path
+
+    from collectors.telemetry import parse_mlxlink
+    from streams.counters.ber import BerRules
+
+    fixture = Path(__file__).resolve().parents[2] / "fixtures" / "mlxlink"
+    text = (fixture / "cx7-400g-dr4-module-counters.json").read_text()
+    [event] = parse_mlxlink(text, fabric="lab", ts=BASE, device="gpu-node-1/mlx5_0")
+    sample = event.ports[0]
+    assert (sample.fec_mode, sample.media) == ("Standard_RS-FEC - (544,514)", "optic")
+    link, assumed = BerRules(Policy()).link(sample.speed, sample.fec_mode, sample.media)
+    # KP4 RS-FEC without PLR on an active optic: post-FEC error at 1e-13, not PLR's 1e-11
+    assert {r.fec_opcode for r in link.rows} == {7} and assumed == ("speed",)
+    assert link.post_fec.error == 1e-13 and link.pre_fec.error == 1e-5
+    # its since-clear BER (raw 5e-10) is healthy: nothing fires
+    assert run([encode(event)]) == []
