@@ -94,11 +94,16 @@ class StreamsApp:
         # speeds against, and what the topology diff agent checks snapshots against.
         self.plan: Any = None
         if settings.plan_path is not None:
-            from streams.topology.plan import expectation_from_plan, load_plan_file
+            from streams.topology.plan import (
+                expectation_from_plan,
+                load_plan_file,
+                media_from_plan,
+            )
 
             self.plan = load_plan_file(settings.plan_path)  # PlanError: the caller's exit 2
             if context is None:
-                context = Context(expectation=expectation_from_plan(self.plan))
+                context = Context(expectation=expectation_from_plan(self.plan),
+                                  media=media_from_plan(self.plan))
         self.engine = Engine(policy, context)
         self.bounds = TimeBounds.from_policy(policy)
         self.datadir = Path(settings.state_dir) / "streams" / app_id / f"worker-{worker_index}"

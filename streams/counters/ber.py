@@ -68,6 +68,7 @@ class BerRules:
         self.symbol_factors = factors or [1.0]
         self._links: dict[tuple[str | None, str | None, str | None],
                           tuple[LinkBer, tuple[str, ...]]] = {}
+        self._floors: dict[tuple[str | None, str | None, str | None], tuple[float, float]] = {}
         self.default, _ = self.link(None, None, None)
 
     def link(self, speed: str | None, fec: str | None, media: str | None
@@ -98,6 +99,24 @@ class BerRules:
         hit = (found, tuple(assumed))
         if len(self._links) < 4096:  # a handful of link types in any real fabric
             self._links[key] = hit
+        return hit
+
+
+    def gauge_floors(self, speed: str | None, fec: str | None, media: str | None
+                     ) -> tuple[float, float]:
+        """The lowest pre- and post-FEC BER that can open anything on this link type: below
+        both, a gauge needs no closer look. Without a media, copper's and optics' lowest
+        (the port's last media or the plan's may be either)."""
+        key = (speed, fec, media)
+        hit = self._floors.get(key)
+        if hit is not None:
+            return hit
+        links = ([self.link(speed, fec, media)[0]] if media is not None else
+                 [self.link(speed, fec, m)[0] for m in ("copper", "optic")])
+        hit = (min(min(k.pre_fec.warning, k.pre_fec.error) for k in links),
+               min(min(k.post_fec.warning, k.post_fec.error) for k in links))
+        if len(self._floors) < 4096:
+            self._floors[key] = hit
         return hit
 
 

@@ -102,8 +102,10 @@ class CountersDetector:
     """Counter-health detection with the policy's thresholds resolved once."""
 
     def __init__(self, policy: Policy,
-                 expectation: Callable[[str, int], Expectation | None] | None = None) -> None:
+                 expectation: Callable[[str, int], Expectation | None] | None = None,
+                 media: Callable[[str, int], str | None] | None = None) -> None:
         self._dirty = False
+        self.media_of = media  # the plan's cable media, for a sample that does not say
         fh = policy.fabric_health
         er = fh.error_rates
         self.policy = policy
@@ -138,7 +140,7 @@ class CountersDetector:
         detections: list[Detection] = []
         downs: list[CounterDowns] = []
         legacy = event.source in LEGACY_SOURCES
-        ber_link = self.ber.link
+        gauge_floors = self.ber.gauge_floors
         for sample in event.ports:
             key = str(sample.port)
             ps = ports.get(key)
@@ -205,9 +207,10 @@ class CountersDetector:
                 ext = ps[2]
             raw, eff = fields["raw_ber"], fields["effective_ber"]
             if raw is not None or eff is not None:
-                lv = ber_link(fields["speed"], fields["fec_mode"], fields["media"])[0]
-                if ((raw is not None and raw > lv.pre_fec.warning)
-                        or (eff is not None and eff > lv.post_fec.warning)
+                raw_floor, eff_floor = gauge_floors(fields["speed"], fields["fec_mode"],
+                                                    fields["media"])
+                if ((raw is not None and raw > raw_floor)
+                        or (eff is not None and eff > eff_floor)
                         or (ext is not None and "o" in ext)):
                     self._ber_gauges(ps, event, sample, detections)
             if legacy or sample.counter_bits:
@@ -317,23 +320,27 @@ class CountersDetector:
         if not buckets:
             ext.pop("b", None)
 
-    def _link(self, ps: PortState, sample: PortSample) -> tuple[Any, tuple[str, ...]]:
-        """The port's link type: the sample's, else the last one it reported, else the
-        policy's (``streams.counters.ber``)."""
+    def _link(self, ps: PortState, event: Counters, sample: PortSample
+              ) -> tuple[Any, tuple[str, ...]]:
+        """The port's link type: the sample's, else the last one it reported, else (media)
+        the plan's, else the policy's (``streams.counters.ber``)."""
         ext = self._ext(ps)
         fields = sample.__dict__
         for short, name in (("f", "fec_mode"), ("m", "media")):
             if fields[name] is not None and ext.get(short) != fields[name]:
                 ext[short] = fields[name]
         # "s" is the degraded-link rule's (the speed it last judged): read, never written here
-        return self.ber.link(fields["speed"] or ext.get("s"), ext.get("f"), ext.get("m"))
+        media = ext.get("m")
+        if media is None and self.media_of is not None:
+            media = self.media_of(event.device, sample.port)
+        return self.ber.link(fields["speed"] or ext.get("s"), ext.get("f"), media)
 
     def _judge_ber(self, ps: PortState, metric: str, value: float, event: Counters,
                    sample: PortSample, evidence: dict[str, Any],
                    detections: list[Detection]) -> None:
         """One BER metric through the hysteresis: ``ber`` above error, closed below normal;
         ``ber_warning`` above warning outside an episode."""
-        link, assumed = self._link(ps, sample)
+        link, assumed = self._link(ps, event, sample)
         levels = getattr(link, metric)
         name = METRIC_NAMES[metric]
         cond, warn = f"ber:{name}", f"berw:{name}"

@@ -171,3 +171,26 @@ def test_mlxlinks_own_output_names_its_link_type() -> None:
     assert link.post_fec.error == 1e-13 and link.pre_fec.error == 1e-5
     # its since-clear BER (raw 5e-10) is healthy: nothing fires
     assert run([encode(event)]) == []
+
+
+def test_the_plans_media_where_the_sample_says_none() -> None:
+    from streams.engine import Context
+    from streams.topology.plan import load_plan, media_from_plan
+
+    plan = load_plan(f"a_device,a_port,b_device,b_port,media\n{DEV},1,node/mlx5_0,1,dac\n")
+    history = raw_history([(2e-6, 10)])  # above copper's error level, under optics' warning
+    assert run(history) == []
+    dets = list(replay(history, Policy(), context=Context(media=media_from_plan(plan)),
+                       on_error=None))
+    assert kinds(dets) == [("ber", 5)] and dets[0].evidence["link"]["media"] == "dac"
+    # the gauge's floor covers copper too when the sample does not say its media
+    gauge = [line(0, raw_ber=8e-7), line(M, raw_ber=8e-7)]
+    dets = list(replay(gauge, Policy(), context=Context(media=media_from_plan(plan)),
+                       on_error=None))
+    assert kinds(dets) == [("ber_warning", 0)]
+
+
+def test_the_soak_judges_gauges_at_normal_too() -> None:
+    soak = Policy.from_yaml("fabricHealth: {ber: {fireAt: normal}}")
+    gauge = [line(0, raw_ber=2e-6), line(M, raw_ber=2e-6)]  # optic: above normal (1e-6)
+    assert run(gauge) == [] and kinds(run(gauge, soak)) == [("ber", 0)]
