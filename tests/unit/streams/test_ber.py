@@ -10,6 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from schemas import Counters, Detection, PortSample, encode
 from schemas.policy import Policy
@@ -194,3 +196,25 @@ def test_the_soak_judges_gauges_at_normal_too() -> None:
     soak = Policy.from_yaml("fabricHealth: {ber: {fireAt: normal}}")
     gauge = [line(0, raw_ber=2e-6), line(M, raw_ber=2e-6)]  # optic: above normal (1e-6)
     assert run(gauge) == [] and kinds(run(gauge, soak)) == [("ber", 0)]
+
+
+@given(st.lists(st.floats(min_value=0, max_value=1e-3, allow_nan=False), max_size=60))
+def test_hysteresis_never_reopens_without_passing_below_normal(values: list[float]) -> None:
+    from schemas.ber_table import Levels
+    from streams.counters.ber import next_level
+
+    levels = Levels(1e-5, 5e-6, 1e-6)
+    error = warning = False
+    below_normal_since_open = True
+    for value in values:
+        level = next_level(value, levels, error, warning)
+        if level == "error" and not error:
+            assert value > levels.error and below_normal_since_open
+            below_normal_since_open = False
+        if error and level != "error":
+            assert value < levels.normal  # an episode ends only below normal
+        if value < levels.normal:
+            below_normal_since_open = True
+        if level == "warning" and not warning:
+            assert levels.warning < value <= levels.error and not error
+        error, warning = level == "error", level == "warning"
