@@ -5,7 +5,9 @@ these from its rarer paths. The thresholds are NVIDIA's field BER table
 (``schemas.ber_table``) for the link's speed, FEC mode and media.
 
 * ``BerRules.link(speed, fec, media)``: the link type's levels, and which of the three were
-  assumed (the sample did not say, or said something the table does not know), cached.
+  assumed (the sample did not say, or said something the table does not know), cached. A
+  FEC the table has no row for at that speed is judged by the strictest row of the speed;
+  a speed it has no row for, as the policy's own link type.
 * ``next_level``: the hysteresis. An episode opens above *error* and closes only below
   *normal*; outside an episode, above *warning* is a warning episode, closed below *normal*.
 * Bits a link carried: its lane rate times its width over the window (what mlxlink divides
@@ -16,7 +18,15 @@ from __future__ import annotations
 
 from typing import Literal
 
-from schemas.ber_table import Levels, LinkBer, TableError, fec_opcodes, lookup, media_group
+from schemas.ber_table import (
+    Levels,
+    LinkBer,
+    TableError,
+    default_table,
+    fec_opcodes,
+    lookup,
+    media_group,
+)
 from schemas.policy import WIDTH_RANK, Policy
 
 # Per-lane data rate in Gb/s by IB speed, for the bits a link carried.
@@ -91,9 +101,16 @@ class BerRules:
         try:
             found = lookup(speed, fec, media, self.asic)
         except TableError:
-            # a type the table has no row for is judged as the policy's own link type
-            found = lookup(self.speed, self.fec, self.media, self.asic)
-            assumed = ["speed", "fec", "media"]
+            strictest = _strictest(speed, media, self.asic)
+            if strictest is not None:
+                # the speed is in the table but not this FEC (or the FEC's rows disagree):
+                # the strictest of that speed's rows, so an unknown FEC cannot loosen it
+                found = strictest
+                assumed = [*assumed, "fec"] if "fec" not in assumed else assumed
+            else:
+                # a speed the table has no row for: the policy's own link type
+                found = lookup(self.speed, self.fec, self.media, self.asic)
+                assumed = ["speed", "fec", "media"]
         if self.at_normal:
             found = _at_normal(found)
         hit = (found, tuple(assumed))
@@ -118,6 +135,25 @@ class BerRules:
         if len(self._floors) < 4096:
             self._floors[key] = hit
         return hit
+
+
+def _strictest(speed: str, media: str, asic: str) -> LinkBer | None:
+    """The lowest levels of every FEC mode's row at this speed and media, or None when the
+    table has no row for the speed."""
+    group = media_group(media) or frozenset()
+    rows = tuple(r for r in default_table() if r.asic == asic and r.speed == speed.upper()
+                 and r.media in group)
+    if not rows:
+        return None
+
+    def low(levels: list[Levels]) -> Levels:
+        return Levels(min(v.error for v in levels), min(v.warning for v in levels),
+                      min(v.normal for v in levels))
+
+    return LinkBer(asic=asic, speed=speed.upper(), fec="strictest", media=media,
+                   pre_fec=low([r.pre_fec for r in rows]),
+                   post_fec=low([r.post_fec for r in rows]),
+                   symbol=low([r.symbol for r in rows]), rows=rows)
 
 
 def _at_normal(link: LinkBer) -> LinkBer:

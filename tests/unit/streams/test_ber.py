@@ -218,3 +218,20 @@ def test_hysteresis_never_reopens_without_passing_below_normal(values: list[floa
         if level == "warning" and not warning:
             assert levels.warning < value <= levels.error and not error
         error, warning = level == "error", level == "warning"
+
+
+def test_a_fec_the_table_lacks_at_that_speed_is_judged_by_its_strictest_row() -> None:
+    from streams.counters.ber import BerRules
+
+    rules = BerRules(Policy())
+    # EDR has no PLR row: not NDR's loose pre-FEC levels, but EDR's strictest (NO_FEC, 1e-13)
+    link, assumed = rules.link("EDR", None, "optic")
+    assert link.fec == "strictest" and assumed == ("fec",)
+    assert link.pre_fec.error == 1e-13 and link.speed == "EDR"
+    # a speed the table has no row for: the policy's own link type, all of it assumed
+    link, assumed = rules.link("XDR", "PLR", "optic")
+    assert (link.speed, link.fec, assumed) == ("NDR", "PLR", ("speed", "fec", "media"))
+    # an EDR link at a pre-FEC BER that is healthy at NDR but not at EDR
+    dets = [d for d in run(raw_history([(1e-9, 10)], speed="EDR"))
+            if d.detection.value != "degraded_link"]  # EDR is below the policy's NDR too
+    assert kinds(dets) == [("ber", 5)] and dets[0].evidence["link"]["fec"] == "strictest"
