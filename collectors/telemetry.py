@@ -787,6 +787,19 @@ def _mlx_lanes(value: Any, what: str) -> list[float]:
     return out
 
 
+def _cable_media(text: object) -> str | None:
+    """The BER table's media from mlxlink's "Cable Type" (``Optical Module (separated)``,
+    ``Passive copper cable``, ``Active copper cable``); None when it says none of them."""
+    if not isinstance(text, str):
+        return None
+    low = text.lower()
+    if "optical" in low or "optic" in low:
+        return "optic"
+    if "copper" in low:
+        return "acc" if "active" in low else "dac"
+    return None
+
+
 @guarded
 def parse_mlxlink(text: str, *, fabric: str, ts: int, device: str, port: int = 1,
                   source: str = "mlxlink") -> list[Counters]:
@@ -797,7 +810,8 @@ def parse_mlxlink(text: str, *, fabric: str, ts: int, device: str, port: int = 1
     ``fec_corrected`` = codewords in FEC histogram bins 1..15 (with 1 to 15 corrected
     symbols), where the histogram is present; ``module_temp_c``; ``rx_power_dbm`` = the
     weakest lane (all lanes in ``rx_power_dbm_lanes``); the module's vendor, part and serial
-    number as evidence for a cable ticket. mlxlink does not print which device it read, so
+    number as evidence for a cable ticket; ``fec_mode`` and ``media`` (from "Cable Type")
+    for the BER table's link type. mlxlink does not print which device it read, so
     ``device`` and ``port`` come from the caller.
     """
     docs = list(_load_json(text))
@@ -854,6 +868,9 @@ def parse_mlxlink(text: str, *, fabric: str, ts: int, device: str, port: int = 1
                            ("Vendor Serial Number", "cable_serial"), ("Identifier", "module")):
             if isinstance(module.get(key), str):
                 values[field] = module[key]
+        media = _cable_media(module.get("Cable Type"))
+        if media is not None:  # the link type the BER table is keyed by
+            values["media"] = media
     oper = output.get("Operational Info")
     if isinstance(oper, dict):
         if isinstance(oper.get("Width"), str) and re.fullmatch(r"\d+x", oper["Width"]):

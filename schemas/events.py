@@ -72,6 +72,8 @@ class DetectionKind(StrEnum):
     OPTIC_POWER = "optic_power"  # Rx power below the module's low threshold or falling fast
     CONGESTION = "congestion"  # a port waiting for credits a large share of the time
     HOT_UPLINK = "hot_uplink"  # one uplink of a leaf carrying a multiple of its ECMP peers
+    BER_WARNING = "ber_warning"  # BER above the field table's warning level (a ticket)
+    DROP_RATE = "drop_rate"  # errors or discards over packets above the policy's limit
 
 
 def ts_to_ms(value: Any) -> int:
@@ -231,7 +233,12 @@ GAUGE_FIELDS: tuple[str, ...] = ("raw_ber", "effective_ber", "module_temp_c", "r
 TRAFFIC_FIELDS: tuple[str, ...] = ("port_xmit_data", "port_rcv_data", "port_xmit_pkts",
                                    "port_rcv_pkts")
 LATER_COUNTER_FIELDS: tuple[str, ...] = (*TRAFFIC_FIELDS, "phy_link_down")
-_OFF_THE_WIRE_WHEN_UNSET: tuple[str, ...] = ("error", "device", *LATER_COUNTER_FIELDS)
+# The link type the field BER table is keyed by, where a collector knows it: the FEC mode
+# as the tool prints it (mlxlink "FEC") or its opcode, and the media (``dac``, ``acc``,
+# ``active``, ``active_did``, or ``copper`` / ``optic``), each left off the wire when unset.
+LINK_TYPE_FIELDS: tuple[str, ...] = ("fec_mode", "media")
+_OFF_THE_WIRE_WHEN_UNSET: tuple[str, ...] = ("error", "device", *LATER_COUNTER_FIELDS,
+                                             *LINK_TYPE_FIELDS)
 
 
 class PortSample(BaseModel):
@@ -276,6 +283,8 @@ class PortSample(BaseModel):
     port_xmit_pkts: NonNegInt | None = None
     port_rcv_pkts: NonNegInt | None = None
     phy_link_down: NonNegInt | None = None
+    fec_mode: ShortText | None = None
+    media: ShortText | None = None
     # Set when the collector could not read this port this time (a NIC that disappeared, an
     # unreadable file, a value that is not a number, a tool that timed out): the port is
     # named, its counters are whatever could be read (often none), and it is not healthy.

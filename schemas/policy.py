@@ -33,6 +33,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from schemas.ber_table import TableError, fec_opcodes, lookup, media_group
 from schemas.errors import ContractError
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$")
@@ -140,20 +141,57 @@ class ErrorRates(_Section):
 
 
 class Ber(_Section):
-    """BER thresholds; defaults are the NDR values UFM's port-health plugin publishes.
+    """BER by link type, from NVIDIA's field BER table (``schemas.ber_table``, V05).
 
-    NVIDIA UFM port-health (NDR): pre-FEC (raw) BER above 1e-6 on copper / 1e-5 on optics,
-    post-FEC (effective) BER above 1e-11, symbol BER above 1e-14, symbol errors judged over
-    12-minute and 125-minute windows (``ErrorRates.symbol_error_windows``). ``media`` is the
-    default cable type where a sample does not say (an optional ``media`` field on it).
+    Each link is judged against the table's row for its speed, FEC mode and media (from
+    the sample; where it does not say, the port's last known values, then ``asic``,
+    ``fec`` and ``media`` here and ``degradedLink.expectSpeed``). Pre-FEC (raw) BER is
+    corrected FEC errors, post-FEC (effective) BER uncorrectable errors, symbol BER symbol
+    errors, each over the bits the link carried. Raw and effective BER are computed over
+    ``window`` of event time from the counters' deltas (UFM's PDR plugin reads its counters
+    every ``T_ISOLATE`` = 300 s); the tool's own since-clear BER gauge (mlxlink's) is judged
+    only while a port has no such window yet or does not report the counter, and the
+    evidence says so. Symbol errors are judged over ``errorRates.symbolErrorWindows`` (12 and
+    125 min), each window's level being the table's times its entry in
+    ``symbol_window_factors``: PDR's 1e-14 over 12 min and 1e-15 over 125 min at NDR.
+
+    Hysteresis: an episode opens above *error* (``action``) and closes only below *normal*;
+    above *warning* outside an episode is a ``ber_warning`` detection (``warning_action``),
+    closed below *normal* too. ``fire_at: normal`` judges at the normal level alone (the
+    return-to-service soak: anything above normal fails the link).
     """
 
-    raw_ber_copper: Annotated[float, Field(gt=0)] = 1e-6
-    raw_ber_optic: Annotated[float, Field(gt=0)] = 1e-5
-    effective_ber: Annotated[float, Field(gt=0)] = 1e-11
-    symbol_ber: Annotated[float, Field(gt=0)] = 1e-14
-    media: Literal["copper", "optic"] = "optic"
+    asic: Literal["7nm", "16nm"] = "7nm"
+    fec: Annotated[str, Field(min_length=1, max_length=80)] = "PLR"
+    media: Annotated[str, Field(min_length=1, max_length=40)] = "optic"
+    window: Seconds = 300.0
+    symbol_window_factors: list[Annotated[float, Field(gt=0, le=1)]] = Field(
+        default_factory=lambda: [1.0, 0.1])
+    fire_at: Literal["error", "normal"] = "error"
     action: PolicyAction = "isolatePort"
+    warning_action: PolicyAction = "ticket"
+
+    @model_validator(mode="after")
+    def _known_link_type(self) -> Ber:
+        if fec_opcodes(self.fec) is None:
+            raise ValueError(f"unknown FEC mode {self.fec!r} (an opcode, PLR, KP4, LL, RS, "
+                             f"NONE, or the table's name)")
+        if media_group(self.media) is None:
+            raise ValueError(f"unknown media {self.media!r} (dac, acc, active, active_did, "
+                             f"copper, optic)")
+        if self.window <= 0:
+            raise ValueError("window must be more than 0")
+        return self
+
+
+class DropRate(_Section):
+    """Packet drop rate: receive errors over packets received, transmit discards over
+    packets sent, per ``Ber.window``, where the port reports its packet counters. The limit
+    is UFM's PDR plugin's ``MAX_PDR`` (1e-12, pdr_deterministic.conf). ``ticket`` by default:
+    a transmit discard can be congestion rather than a bad cable."""
+
+    max_drop_rate: Annotated[float, Field(gt=0, lt=1)] = 1e-12
+    action: PolicyAction = "ticket"
 
 
 class Congestion(_Section):
@@ -352,16 +390,13 @@ DEFAULT_CHECK_TEMPLATES: dict[str, dict[str, Any]] = {
 
 class NormalThresholds(_Section):
     """Hysteresis: a link leaves probation only below these (not the error thresholds) for
-    the whole soak, like UFM's port-health plugin's de-isolation. Rates per hour."""
+    the whole soak, like UFM's port-health plugin's de-isolation. Rates per hour. BER is
+    judged at the field BER table's *normal* level for the link's type (``Ber``)."""
 
     symbol_errors_per_hour: Annotated[float, Field(ge=0)] = 20.0
     link_error_recovery_per_hour: Annotated[float, Field(ge=0)] = 0.0
     rcv_errors_per_hour: Annotated[float, Field(ge=0)] = 20.0
     xmit_discards_per_hour: Annotated[float, Field(ge=0)] = 100.0
-    raw_ber_copper: Annotated[float, Field(gt=0)] = 1e-7
-    raw_ber_optic: Annotated[float, Field(gt=0)] = 1e-6
-    effective_ber: Annotated[float, Field(gt=0)] = 1e-12
-    symbol_ber: Annotated[float, Field(gt=0)] = 5e-15  # 7 symbol errors an hour at NDR 4X
     max_link_downs: Annotated[int, Field(ge=0)] = 0
 
 
@@ -440,6 +475,7 @@ class FabricHealth(_Section):
     breaker: Breaker = Breaker()
     error_rates: ErrorRates = ErrorRates()
     ber: Ber = Ber()
+    drop_rate: DropRate = DropRate()
     congestion: Congestion = Congestion()
     optics: Optics = Optics()
     probes: Probes = Probes()
@@ -457,6 +493,19 @@ class FabricHealth(_Section):
     return_to_service: list[str] = Field(
         default_factory=lambda: ["ib_write_bw-per-rail", "nccl-allreduce-baseline",
                                  "counters-clean-24h"])
+
+    @model_validator(mode="after")
+    def _ber_link_type_in_table(self) -> FabricHealth:
+        windows = self.error_rates.symbol_error_windows
+        if len(self.ber.symbol_window_factors) != len(windows):
+            raise ValueError(f"ber.symbolWindowFactors needs one factor per "
+                             f"errorRates.symbolErrorWindows window ({len(windows)})")
+        try:  # the link type a port that says nothing of itself is judged as
+            lookup(self.degraded_link.expect_speed, self.ber.fec, self.ber.media, self.ber.asic)
+        except TableError as exc:
+            raise ValueError(f"ber: the default link type is not in the field BER table: "
+                             f"{exc}") from None
+        return self
 
 
 class Policy(_Section):

@@ -4,8 +4,9 @@ Exported API (pure, no Faust/Kafka/clock import):
 
 * ``streams.flap.logic.step(state: FlapState, event: PortEvent | CounterDowns, policy)``
   -> ``(FlapState, list[Detection])``; ``FlapState.to_json``/``from_json``.
-* ``streams.counters.logic.CountersDetector(policy, expectation=None).step(state, Counters)``
-  -> ``(state, list[Detection], list[CounterDowns])``.
+* ``streams.counters.logic.CountersDetector(policy, expectation=None, media=None)
+  .step(state, Counters)`` -> ``(state, list[Detection], list[CounterDowns])``; its BER and
+  drop-rate rules in ``streams.counters.ber`` (NVIDIA's field BER table by link type).
 * ``streams.degraded_link.logic.check_link(...)``, ``step_topology(state, Topology, policy)``.
 * ``streams.probes.logic.step(state, Probe, policy, paths=None)``.
 * ``streams.breaker.logic.step(state, Detection | ActionRecord, policy, su=..., ports_in_su=...)``.

@@ -97,13 +97,15 @@ class StreamsApp:
             from streams.topology.plan import (
                 expectation_from_plan,
                 load_plan_file,
+                media_from_plan,
                 uplinks_from_plan,
             )
 
             self.plan = load_plan_file(settings.plan_path)  # PlanError: the caller's exit 2
             if context is None:
                 context = Context(expectation=expectation_from_plan(self.plan),
-                                  uplinks=uplinks_from_plan(self.plan))
+                                  uplinks=uplinks_from_plan(self.plan),
+                                  media=media_from_plan(self.plan))
         self.engine = Engine(policy, context)
         self.bounds = TimeBounds.from_policy(policy)
         self.datadir = Path(settings.state_dir) / "streams" / app_id / f"worker-{worker_index}"

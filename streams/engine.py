@@ -67,6 +67,7 @@ class Context:
     """What the fabric's plan and topology tell the detectors (all optional)."""
 
     expectation: Callable[[str, int], Expectation | None] | None = None
+    media: Callable[[str, int], str | None] | None = None  # the plan's cable media
     paths: probes.PathFn | None = None
     su_of: Callable[[str], str | None] = breaker.su_from_name
     ports_per_su: Mapping[str, int] = field(default_factory=dict)
@@ -81,7 +82,7 @@ class Engine:
         self.policy = policy
         self.context = context or Context()
         self.counters = CountersDetector(policy, self.context.expectation,
-                                         self.context.uplinks)
+                                         self.context.uplinks, media=self.context.media)
         self.stale = StaleDetector(policy)
         self.scopes: dict[str, Any] = {}  # stale detector states by scope
         self.flap: dict[str, FlapState] = {}

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from schemas import Counters, Detection, DetectionKind, PortSample
-from schemas.policy import WIDTH_RANK
+from streams.counters.ber import link_gbps
 
 if TYPE_CHECKING:
     from streams.counters.logic import CountersDetector, PortState
@@ -42,12 +42,10 @@ UplinksFn = Callable[[str], frozenset[int] | None]
 
 def line_bps(det: CountersDetector, ps: PortState, sample: PortSample) -> float:
     """The port's line rate in bit/s from its width and speed (last known, else the policy's)."""
-    from streams.counters.logic import LANE_GBPS
-
     ext = ps[2] or {}
     width = sample.width or ext.get("w") or det.degraded.expect_width
     speed = sample.speed or ext.get("s") or det.degraded.expect_speed
-    return LANE_GBPS.get(speed, 100.0) * WIDTH_RANK.get(width, 4) * 1e9
+    return link_gbps(width, speed) * 1e9
 
 
 def judge_wait(det: CountersDetector, ps: PortState, event: Counters, sample: PortSample,

@@ -25,10 +25,17 @@ Semantics:
   known steady noise floor does not page every hour. The episode lasts while that holds and
   ends when the worst window's rate is back at or below the threshold or within
   ``baselineFactor`` of the baseline (the port's new normal).
-* BER: pre-FEC ``raw_ber`` above the copper or optic limit (the sample's optional
-  ``media`` field, else the policy's), post-FEC ``effective_ber`` above its limit, and
-  symbol BER (symbol errors over the 12 / 125 min windows divided by the bits the link
-  carried, from its width and speed) above its limit fire ``ber``, once per episode.
+* BER (``streams.counters.ber``): each link judged against NVIDIA's field BER table for
+  its speed, FEC mode and media. Pre-FEC BER (``fec_corrected``) and post-FEC BER
+  (``fec_uncorrectable``) over tumbling windows of ``ber.window`` from the counters'
+  deltas, over the bits the link carried (its width and speed); the tool's since-clear
+  ``raw_ber`` / ``effective_ber`` gauges only while a port has no such window (marked
+  ``basis: since_clear``). Symbol BER over the 12 / 125 min symbol windows, each at the
+  table's level times its factor. Above *error* opens a ``ber`` episode, closed only below
+  *normal*; above *warning* outside one, a ``ber_warning`` episode; once per episode.
+* Packet drop rate: receive errors over packets received and transmit discards over
+  packets sent, per BER window, where ``port_rcv_pkts`` / ``port_xmit_pkts`` are reported:
+  above ``dropRate.maxDropRate`` fires ``drop_rate``; one window at or below it ends it.
 * Congestion (RoCE): ``pause_storm`` by SONiC's PFC-watchdog rule, when the port spent more
   than ``pauseStormFraction`` (99 %) of the interval paused (from the optional cumulative
   ``pfc_pause_duration_us`` field that mlx5 exposes as ``rx_prio*_pause_duration``) or,
@@ -61,6 +68,14 @@ from schemas import LEGACY_COUNTER_BITS, Counters, Detection, DetectionKind, Por
 from schemas.policy import SPEED_RANK, WIDTH_RANK, Policy
 from streams.common import episode_id, make_detection
 from streams.counters import congestion, optics
+from streams.counters.ber import (
+    METRIC_NAMES,
+    BerRules,
+    drop_rate,
+    link_evidence,
+    link_gbps,
+    next_level,
+)
 from streams.degraded_link.logic import Expectation, check_link
 from streams.flap.logic import CounterDowns
 
@@ -76,10 +91,6 @@ _CONGESTION = (_I_PRX, _I_PTX, _I_ECN, _I_PDUR)
 _ZEROS = [0] * len(TRACKED)
 # Sources that read the legacy (narrow) PortCounters registers unless told otherwise.
 LEGACY_SOURCES = frozenset({"perfquery"})
-# Per-lane data rate in Gb/s by IB speed, for the bits a link carried (symbol BER).
-LANE_GBPS: dict[str, float] = {"SDR": 2.0, "DDR": 4.0, "QDR": 8.0, "FDR10": 10.0,
-                               "FDR": 13.64, "EDR": 25.0, "HDR": 50.0, "NDR": 100.0,
-                               "XDR": 200.0}
 HOUR_MS = 3_600_000
 MINUTE_MS = 60_000
 
@@ -89,7 +100,9 @@ MINUTE_MS = 60_000
 #     "b": {field index: [[minute, count], ...]}   non-zero error deltas
 #     "z": {field index: [decayed count, at ts]}   baseline
 #     "o": {condition: episode id}                 open episodes
-#     "r": resets seen, "w"/"s": last width/speed, "m": media
+#     "r": resets seen, "w"/"s": last width/speed, "f"/"m": last FEC mode / media
+#     "x": the BER window's start [ts, fec_corrected, fec_uncorrectable, port_rcv_pkts,
+#          port_xmit_pkts, rcv_errors, xmit_discards, windows judged]
 PortState = list[Any]
 DeviceState = dict[str, Any]
 
@@ -103,9 +116,11 @@ class CountersDetector:
 
     def __init__(self, policy: Policy,
                  expectation: Callable[[str, int], Expectation | None] | None = None,
-                 uplinks: congestion.UplinksFn | None = None) -> None:
+                 uplinks: congestion.UplinksFn | None = None,
+                 media: Callable[[str, int], str | None] | None = None) -> None:
         self._dirty = False
         self._ecn: congestion.EcnTally | None = None
+        self.media_of = media  # the plan's cable media, for a sample that does not say
         fh = policy.fabric_health
         er = fh.error_rates
         self.policy = policy
@@ -122,9 +137,7 @@ class CountersDetector:
         self.baseline_factor = er.baseline_factor
         self.baseline_tau_ms = er.baseline_window * 1000
         self.rate_action = er.action
-        self.ber = fh.ber
-        # below both raw limits a raw BER needs no look at the sample's media
-        self.raw_floor = min(fh.ber.raw_ber_copper, fh.ber.raw_ber_optic)
+        self.ber = BerRules(policy)
         self.cong = fh.congestion
         self.cong_ms = round(fh.congestion.congestion_window * 1000)
         self.optics = fh.optics
@@ -148,8 +161,7 @@ class CountersDetector:
         detections: list[Detection] = []
         downs: list[CounterDowns] = []
         legacy = event.source in LEGACY_SOURCES
-        raw_floor = self.raw_floor
-        eff_limit = self.ber.effective_ber
+        gauge_floors = self.ber.gauge_floors
         cong_ms = self.cong_ms
         judged: list[congestion.Judged] = []
         for sample in event.ports:
@@ -214,10 +226,19 @@ class CountersDetector:
                     self._rates(ps, deltas, event, sample, detections)
                 if values[_I_PRX] is not None or values[_I_PTX] is not None:
                     self._congestion(ps, deltas, ts - prev_ts, event, sample, detections)
+            if (fields["fec_corrected"] is not None or fields["fec_uncorrectable"] is not None
+                    or fields["port_rcv_pkts"] is not None
+                    or fields["port_xmit_pkts"] is not None):
+                self._ber_window(ps, event, sample, detections)
+                ext = ps[2]
             raw, eff = fields["raw_ber"], fields["effective_ber"]
-            if ((raw is not None and raw > raw_floor) or (eff is not None and eff > eff_limit)
-                    or (ext is not None and "o" in ext)):
-                self._ber_gauges(ps, event, sample, detections)
+            if raw is not None or eff is not None:
+                raw_floor, eff_floor = gauge_floors(fields["speed"], fields["fec_mode"],
+                                                    fields["media"])
+                if ((raw is not None and raw > raw_floor)
+                        or (eff is not None and eff > eff_floor)
+                        or (ext is not None and "o" in ext)):
+                    self._ber_gauges(ps, event, sample, detections)
             if legacy or sample.counter_bits:
                 self._saturation(ps, event, sample, detections)
             if fields["width"] is not None or fields["speed"] is not None:
@@ -300,7 +321,8 @@ class CountersDetector:
             d = deltas[i]
             rows = buckets.get(fi)
             if not d and not self._is_open(ps, f"rate:{name}") and not (
-                    i == _I_SYM and self._is_open(ps, "ber:symbol")):
+                    i == _I_SYM and (self._is_open(ps, "ber:symbol")
+                                     or self._is_open(ps, "berw:symbol"))):
                 continue
             # the baseline before this sample: its decayed count / tau, per hour
             z = bases.get(fi)
@@ -348,39 +370,119 @@ class CountersDetector:
         if not buckets:
             ext.pop("b", None)
 
+    def _link(self, ps: PortState, event: Counters, sample: PortSample
+              ) -> tuple[Any, tuple[str, ...]]:
+        """The port's link type: the sample's, else the last one it reported, else (media)
+        the plan's, else the policy's (``streams.counters.ber``)."""
+        ext = self._ext(ps)
+        fields = sample.__dict__
+        for short, name in (("f", "fec_mode"), ("m", "media")):
+            if fields[name] is not None and ext.get(short) != fields[name]:
+                ext[short] = fields[name]
+        # "s" is the degraded-link rule's (the speed it last judged): read, never written here
+        media = ext.get("m")
+        if media is None and self.media_of is not None:
+            media = self.media_of(event.device, sample.port)
+        return self.ber.link(fields["speed"] or ext.get("s"), ext.get("f"), media)
+
+    def _judge_ber(self, ps: PortState, metric: str, value: float, event: Counters,
+                   sample: PortSample, evidence: dict[str, Any],
+                   detections: list[Detection]) -> None:
+        """One BER metric through the hysteresis: ``ber`` above error, closed below normal;
+        ``ber_warning`` above warning outside an episode."""
+        link, assumed = self._link(ps, event, sample)
+        levels = getattr(link, metric)
+        name = METRIC_NAMES[metric]
+        cond, warn = f"ber:{name}", f"berw:{name}"
+        level = next_level(value, levels, self._is_open(ps, cond), self._is_open(ps, warn))
+        if level == "clear":
+            self._close(ps, cond)
+            self._close(ps, warn)
+            return
+        evidence = {"metric": f"{name}_ber", "value": value, "level": level,
+                    "threshold": levels.error if level == "error" else levels.warning,
+                    "error": levels.error, "warning": levels.warning,
+                    "normal": levels.normal, **evidence, "link": link_evidence(link, assumed)}
+        if level == "error":
+            self._close(ps, warn)
+            self._open(ps, cond, event, sample, DetectionKind.BER, self.ber.action, evidence,
+                       detections)
+        else:
+            self._open(ps, warn, event, sample, DetectionKind.BER_WARNING,
+                       self.ber.warning_action, evidence, detections)
+
     def _symbol_ber(self, ps: PortState, rates: list[tuple[int, int, float]], event: Counters,
                     sample: PortSample, detections: list[Detection]) -> None:
         ext = self._ext(ps)
         width = sample.width or ext.get("w") or self.degraded.expect_width
         speed = sample.speed or ext.get("s") or self.degraded.expect_speed
-        gbps = LANE_GBPS.get(speed, 100.0) * WIDTH_RANK.get(width, 4)
-        worst = max(count / (gbps * 1e9 * w / 1000) for w, count, _ in rates)
-        if worst > self.ber.symbol_ber:
-            self._open(ps, "ber:symbol", event, sample, DetectionKind.BER, self.ber.action, {
-                "metric": "symbol_ber", "value": worst, "threshold": self.ber.symbol_ber,
-                "windows_s": [w / 1000 for w, _, _ in rates],
-                "symbol_errors": [c for _, c, _ in rates], "link_gbps": gbps}, detections)
+        gbps = link_gbps(width, speed)
+        factors = self.ber.symbol_factors
+        bers = [count / (gbps * 1e9 * w / 1000) for w, count, _ in rates]
+        # each window at the table's level times its factor: judged as BER / factor
+        worst = max(b / (factors[i] if i < len(factors) else 1.0) for i, b in enumerate(bers))
+        self._judge_ber(ps, "symbol", worst, event, sample, {
+            "basis": "window", "windows_s": [w / 1000 for w, _, _ in rates],
+            "symbol_errors": [c for _, c, _ in rates], "window_ber": bers,
+            "window_factors": factors[:len(rates)], "link_gbps": gbps}, detections)
+
+    def _ber_window(self, ps: PortState, event: Counters, sample: PortSample,
+                    detections: list[Detection]) -> None:
+        """Pre-/post-FEC BER and the drop rate over a tumbling window of ``ber.window``."""
+        fields = sample.__dict__
+        ext = ps[2]
+        x = ext.get("x") if ext is not None else None
+        ts = event.ts
+        if x is not None and ts - x[0] < self.ber.window_ms:
+            return  # the common case: the window is not over yet
+        last = ps[1]
+        now = [fields["fec_corrected"], fields["fec_uncorrectable"], fields["port_rcv_pkts"],
+               fields["port_xmit_pkts"], last[_I_RCV], last[_I_DISC]]
+        ext = self._ext(ps)
+        ext["x"] = [ts, *now, 0 if x is None else 1]
+        if x is None:
+            return
+        deltas = [None if v is None or p is None or v < p else v - p  # a reset: not judged
+                  for v, p in zip(now, x[1:7], strict=True)]
+        dt_ms = ts - x[0]
+        width = fields["width"] or ext.get("w") or self.degraded.expect_width
+        speed = fields["speed"] or ext.get("s") or self.degraded.expect_speed
+        gbps = link_gbps(width, speed)
+        bits = gbps * 1e9 * dt_ms / 1000
+        for metric, d in (("pre_fec", deltas[0]), ("post_fec", deltas[1])):
+            if d is not None:
+                self._judge_ber(ps, metric, d / bits, event, sample, {
+                    "basis": "window", "window_s": dt_ms / 1000, "errors": d,
+                    "link_gbps": gbps}, detections)
+        rx = drop_rate(deltas[4], deltas[2])
+        tx = drop_rate(deltas[5], deltas[3])
+        if rx is None and tx is None:
+            return
+        worst = max(r for r in (rx, tx) if r is not None)
+        if worst > self.ber.drop_limit:
+            self._open(ps, "drop", event, sample, DetectionKind.DROP_RATE, self.ber.drop_action, {
+                "drop_rate": worst, "rcv_drop_rate": rx, "xmit_drop_rate": tx,
+                "rcv_errors": deltas[4], "port_rcv_pkts": deltas[2], "xmit_discards": deltas[5],
+                "port_xmit_pkts": deltas[3], "threshold": self.ber.drop_limit,
+                "window_s": dt_ms / 1000}, detections)
         else:
-            self._close(ps, "ber:symbol")
+            self._close(ps, "drop")
 
     def _ber_gauges(self, ps: PortState, event: Counters, sample: PortSample,
                     detections: list[Detection]) -> None:
-        extra = sample.__pydantic_extra__
-        media = extra.get("media") if extra else None
-        if media not in ("copper", "optic"):
-            media = self.ber.media
-        raw_limit = self.ber.raw_ber_copper if media == "copper" else self.ber.raw_ber_optic
-        for cond, value, limit in (("ber:raw", sample.raw_ber, raw_limit),
-                                   ("ber:effective", sample.effective_ber,
-                                    self.ber.effective_ber)):
-            if value is None:
+        """The tool's since-clear BER (mlxlink's): a fallback for a port with no windowed
+        BER of that metric, marked so."""
+        ext = ps[2]
+        x = ext.get("x") if ext is not None else None
+        windowed = x is not None and x[7] > 0
+        fields = sample.__dict__
+        for metric, value, counter in (("pre_fec", fields["raw_ber"], "fec_corrected"),
+                                       ("post_fec", fields["effective_ber"],
+                                        "fec_uncorrectable")):
+            if value is None or (windowed and fields[counter] is not None):
                 continue
-            if value > limit:
-                self._open(ps, cond, event, sample, DetectionKind.BER, self.ber.action, {
-                    "metric": "raw_ber" if cond == "ber:raw" else "effective_ber",
-                    "value": value, "threshold": limit, "media": media}, detections)
-            elif self._is_open(ps, cond):
-                self._close(ps, cond)
+            self._judge_ber(ps, metric, value, event, sample, {"basis": "since_clear"},
+                            detections)
 
     def _saturation(self, ps: PortState, event: Counters, sample: PortSample,
                     detections: list[Detection]) -> None:

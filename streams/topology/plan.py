@@ -1,7 +1,9 @@
 """The cable plan: which port is meant to be cabled to which, loaded from the operators' CSV.
 
 The CSV has a header naming at least ``a_device,a_port,b_device,b_port`` (any order, any
-case) and optionally ``cable_id``, ``width`` (``4X``) and ``speed`` (``NDR``); further
+case) and optionally ``cable_id``, ``width`` (``4X``), ``speed`` (``NDR``) and ``media``
+(``dac``, ``acc``, ``active``, ``active_did``, ``copper``, ``optic``: the cable type the BER
+table is keyed by, ``schemas.ber_table``); further
 columns are ignored so that a plan exported from a DCIM tool loads as it is. Blank lines
 and lines starting with ``#`` are skipped. A link is unordered: ``a<->b`` equals ``b<->a``.
 
@@ -22,10 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from schemas import ContractError, Topology
+from schemas.ber_table import MEDIA_GROUPS, media_group
 from schemas.policy import SPEED_RANK, WIDTH_RANK
 
 REQUIRED_COLUMNS = ("a_device", "a_port", "b_device", "b_port")
-OPTIONAL_COLUMNS = ("cable_id", "width", "speed")
+OPTIONAL_COLUMNS = ("cable_id", "width", "speed", "media")
 MAX_PORT = 1024  # the contract's Ethernet port limit; InfiniBand ports stay far below it
 MAX_DEVICE_BYTES = 256
 
@@ -100,6 +103,7 @@ class PlanLink:
     width: str | None = None
     speed: str | None = None
     line: int = 0
+    media: str | None = None
 
     @property
     def a(self) -> End:
@@ -139,7 +143,8 @@ class Plan:
         writer.writerow(REQUIRED_COLUMNS + OPTIONAL_COLUMNS)
         for link in self.links:
             writer.writerow([link.a_device, link.a_port, link.b_device, link.b_port,
-                             link.cable_id or "", link.width or "", link.speed or ""])
+                             link.cable_id or "", link.width or "", link.speed or "",
+                             link.media or ""])
         return out.getvalue()
 
 
@@ -243,7 +248,11 @@ def load_plan(text: str) -> Plan:
                 seen[end] = line
             width, speed = _width_speed(cell("width"), cell("speed"), line)
             cable = cell("cable_id").strip() or None
-            links.append(PlanLink(a[0], a[1], b[0], b[1], cable, width, speed, line))
+            media = cell("media").strip().lower() or None
+            if media is not None and media_group(media) is None:
+                raise PlanError(f"media {media[:32]!r} is not one of "
+                                f"{', '.join(MEDIA_GROUPS)}", line)
+            links.append(PlanLink(a[0], a[1], b[0], b[1], cable, width, speed, line, media))
     except csv.Error as exc:
         raise PlanError(f"not valid CSV: {exc}", reader.line_num) from None
     if header is None:
@@ -276,6 +285,23 @@ def plan_from_topology(topology: Topology, *, cable_prefix: str | None = None) -
 
 
 Expectation = tuple[str | None, str | None]
+
+
+def media_from_plan(plan: Plan, guid_names: dict[str, str] | None = None
+                    ) -> Callable[[str, int], str | None]:
+    """``(device, port) -> media`` the plan gives for that port's cable, or None: the BER
+    table's media for a link whose samples do not say (``streams.counters``)."""
+    names = {normalize_guid(g) or g: n for g, n in (guid_names or {}).items()}
+    table: dict[End, str] = {}
+    for link in plan.links:
+        if link.media is not None:
+            for device, port in (link.a, link.b):
+                table[(names.get(device, device), port)] = link.media
+
+    def lookup(device: str, port: int) -> str | None:
+        return table.get((canonical_device(device), port))
+
+    return lookup
 
 
 def expectation_from_plan(plan: Plan,

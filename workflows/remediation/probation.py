@@ -127,7 +127,7 @@ def judge_probes(check: str, probes: Iterable[Mapping[str, Any]], *, rail: int,
 
 # Detections of the counter detector that mean the link is not clean (saturation, congestion
 # and the plan's width/speed are judged elsewhere).
-SOAK_FAILS = frozenset({"error_rate", "ber", "flap"})
+SOAK_FAILS = frozenset({"error_rate", "ber", "drop_rate", "flap"})
 
 
 def hysteresis_policy(policy: Policy, normal: Mapping[str, float]) -> Policy:
@@ -140,8 +140,7 @@ def hysteresis_policy(policy: Policy, normal: Mapping[str, float]) -> Policy:
         "link_error_recovery_per_hour": normal["link_error_recovery_per_hour"],
         "rcv_errors_per_hour": normal["rcv_errors_per_hour"],
         "xmit_discards_per_hour": normal["xmit_discards_per_hour"], "baseline_factor": 1.0})
-    ber = fh.ber.model_copy(update={k: normal[k] for k in (
-        "raw_ber_copper", "raw_ber_optic", "effective_ber", "symbol_ber")})
+    ber = fh.ber.model_copy(update={"fire_at": "normal"})  # the table's normal levels
     return policy.model_copy(update={"fabric_health": fh.model_copy(
         update={"error_rates": er, "ber": ber})})
 

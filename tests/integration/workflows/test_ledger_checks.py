@@ -79,7 +79,9 @@ async def test_the_soak_is_judged_by_the_stream_detector_at_the_normal_threshold
     try:
         ledger.migrate()
         checker = LedgerCountersChecker(ledger, Passes())
-        soak(ledger, 1, start, per_hour=3)  # a floor of noise, below the normal thresholds
+        # clean: at 4X NDR the field BER table's normal symbol level (1e-15, 1e-16 over the
+        # 125-min window) leaves no room for a symbol error in two hours
+        soak(ledger, 1, start, per_hour=0)
         soak(ledger, 2, start, per_hour=60)  # far below the error threshold (200/h) ...
         soak(ledger, 3, start, per_hour=0, downs_at=90)  # one link-down an hour and a half in
         end = start + 120 * 60_000
@@ -94,6 +96,7 @@ async def test_the_soak_is_judged_by_the_stream_detector_at_the_normal_threshold
         # ... but above the normal one: the stream would not fire, probation does not pass
         noisy = await judge(2)
         assert not noisy.passed and "error_rate" in noisy.measured["episodes"], noisy.detail
+        assert "ber" in noisy.measured["episodes"]  # and its symbol BER is above normal
         downed = await judge(3)
         assert not downed.passed and downed.measured["link_downs"] == 1
         # nobody measured port 4 during the soak: not clean

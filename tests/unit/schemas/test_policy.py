@@ -36,7 +36,8 @@ def test_architecture_example_loads_with_defaults_filled() -> None:
     assert health.breaker.max_isolated_ports_per_su == pytest.approx(0.01)
     assert health.repair_ladder[-1] == "swap-switch-port"
     # sections the file does not give come from the documented defaults
-    assert health.ber.effective_ber == 1e-11
+    assert health.ber.fec == "PLR" and health.ber.media == "optic"
+    assert health.drop_rate.max_drop_rate == 1e-12
     assert health.stream.allowed_lateness == 60.0
     assert health.runbook.clean_counters_wait == 86400.0
     assert Policy.from_yaml(policy.to_yaml()) == policy
@@ -84,12 +85,51 @@ def test_policy_check_cli(tmp_path: Path) -> None:
     good.write_text(ARCHITECTURE_EXAMPLE)
     result = CliRunner().invoke(main, ["policy", "check", str(good)])
     assert result.exit_code == 0, result.output
-    assert "maxLinkDowns: 2" in result.output and "effectiveBer" in result.output
+    assert "maxLinkDowns: 2" in result.output and "symbolWindowFactors" in result.output
     bad = tmp_path / "bad.yaml"
     bad.write_text("fabricHealth: {flapDampening: {window: soon}}")
     result = CliRunner().invoke(main, ["policy", "check", str(bad)])
     assert result.exit_code == 2
     assert "fabricHealth.flapDampening.window" in result.output
+
+
+def test_policy_check_prints_a_link_types_thresholds(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["policy", "check", "--speed", "NDR", "--fec", "PLR",
+                                       "--media", "active"])
+    assert result.exit_code == 0, result.output
+    out = " ".join(result.output.split())
+    assert "7nm NDR, FEC PLR" in out and "V05" in out
+    assert "pre-FEC BER 1e-05 5e-06 1e-06" in out
+    assert "post-FEC BER 1e-11 5e-12 1e-12" in out
+    assert "symbol errors over 12 min: error above 1e-14" in out
+    assert "symbol errors over 125 min: error above 1e-15" in out
+    assert "drop_rate" in out
+    own = tmp_path / "policy.yaml"
+    own.write_text("fabricHealth: {ber: {media: copper, warningAction: page}}")
+    result = CliRunner().invoke(main, ["policy", "check", "--policy", str(own), "--speed", "HDR"])
+    assert result.exit_code == 0, result.output
+    assert "7nm HDR, FEC PLR" in result.output and "ber_warning (page)" in result.output
+    assert "pre-FEC BER 1e-07 5e-08 1e-08" in " ".join(result.output.split())
+
+
+def test_policy_check_unknown_link_type_exits_2() -> None:
+    for args, says in ((["--speed", "QDR"], "no 7nm row for speed 'QDR'"),
+                       (["--fec", "turbo"], "unknown FEC mode 'turbo'"),
+                       (["--media", "wet-string"], "unknown media 'wet-string'"),
+                       (["--asic", "3nm"], "unknown ASIC '3nm'")):
+        result = CliRunner().invoke(main, ["policy", "check", *args])
+        assert result.exit_code == 2, args
+        assert says in result.output, result.output
+
+
+def test_ber_policy_names_a_link_type_the_table_has() -> None:
+    with pytest.raises(ContractError, match="unknown FEC mode") as info:
+        Policy.from_yaml("fabricHealth: {ber: {fec: turbo}}")
+    assert info.value.path == "fabricHealth.ber"
+    with pytest.raises(ContractError, match="not in the field BER table"):
+        Policy.from_yaml("fabricHealth: {degradedLink: {expectSpeed: QDR}}")
+    with pytest.raises(ContractError, match="one factor per"):
+        Policy.from_yaml("fabricHealth: {ber: {symbolWindowFactors: [1]}}")
 
 
 def test_probation_defaults_and_the_waiver_needs_an_owner() -> None:

@@ -134,6 +134,20 @@ def test_expectation_from_plan() -> None:
     assert expect("r-ufm-sw95", 3) == (None, "HDR")
 
 
+def test_media_from_plan() -> None:
+    from streams.topology.plan import media_from_plan
+
+    plan = load_plan("a_device,a_port,b_device,b_port,media\n"
+                     "leaf,1,node/mlx5_0,1,Copper\nleaf,2,node/mlx5_1,1,\n"
+                     "leaf,3,spine,3,active\n")
+    media = media_from_plan(plan)
+    assert media("leaf", 1) == media("node/mlx5_0", 1) == "copper"
+    assert media("leaf", 2) is None and media("spine", 3) == "active"
+    assert load_plan(plan.to_csv()).links == plan.links
+    with pytest.raises(PlanError, match="line 2.*media 'wet-string' is not one of dac"):
+        load_plan("a_device,a_port,b_device,b_port,media\nleaf,1,node/mlx5_0,1,wet-string\n")
+
+
 def test_names_written_as_node_descriptions_follow_the_naming_rule() -> None:
     plan = load_plan("a_device,a_port,b_device,b_port\n"
                      "MF0;leaf-su01-r3:MQM9700/U1,1,node0042  mlx5_3,1\n"
