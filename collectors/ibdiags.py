@@ -29,11 +29,20 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from collectors.common import DeviceSamples, PortValues, collapse, counters_events, guarded, lines, to_int
+from collectors.common import (
+    DeviceSamples,
+    PortValues,
+    collapse,
+    counters_events,
+    guarded,
+    lines,
+    stable_id,
+    to_int,
+)
 from collectors.errors import ParseError
 from collectors.ibnetdiscover import NodeType, device_name
 from collectors.lidmap import LidMap
-from schemas import LEGACY_COUNTER_BITS, Counters
+from schemas import LEGACY_COUNTER_BITS, Counters, SmEvent
 
 # perfquery / ibqueryerrors counter name -> contract field (or extra field) name.
 PMA_FIELDS: dict[str, str] = {
@@ -475,3 +484,45 @@ def parse_ibstatus(text: str, *, fabric: str, ts: int, host: str | None,
     if not devices:
         raise ParseError(None, None, "no \"Infiniband device '...' port N status:\" record")
     return counters_events(devices, fabric=fabric, ts=ts, source=source, kind="ibstatus")
+
+
+# ---------------------------------------------------------------- sminfo
+
+# infiniband-diags sminfo.c: printf("sminfo: sm lid %d sm guid 0x%" PRIx64 ", activity
+# count %u priority %d state %d %s\n", ...), the state's name one of statestr[].
+_SMINFO = re.compile(r"^sminfo: sm lid (\d+) sm guid (0x[0-9a-fA-F]+), activity count (\d+) "
+                     r"priority (\d+) state (\d+) (SMINFO_[A-Z]+|\?\?\?)\s*$")
+_SMINFO_STATES = {0: "not_active", 1: "discovering", 2: "standby", 3: "master"}
+
+
+@guarded
+def parse_sminfo(text: str, *, fabric: str, ts: int, source: str = "sminfo") -> SmEvent:
+    """``sminfo`` output -> the SM's ``state`` event (``fabric.sm``).
+
+    Without arguments sminfo asks the SM the local port's PortInfo names (the master):
+    ``sm`` is that SM's port GUID, ``state`` its SMInfo state. The id is the fabric, the
+    GUID, the state and the activity count, so polling an idle SM twice dedupes.
+    """
+    found = None
+    for number, line in lines(text):
+        stripped = line.strip()
+        if not stripped:
+            continue
+        found = _SMINFO.match(stripped)
+        if found is None:
+            raise ParseError(None, number, "not an sminfo line ('sminfo: sm lid N sm guid "
+                                           f"0x..., activity count N ...'): {stripped[:80]!r}")
+        break
+    if found is None:
+        raise ParseError(None, None, "no sminfo line found")
+    lid_s, guid, act_s, prio_s, state_s, _name = found.groups()
+    state = _SMINFO_STATES.get(int(state_s))
+    if state is None:
+        raise ParseError(None, None, f"sminfo state {state_s} is not one of 0..3")
+    prio = int(prio_s)
+    if prio > 15:
+        raise ParseError(None, None, f"sminfo priority {prio} is outside 0..15")
+    guid = guid.lower()
+    return SmEvent(id=stable_id("sminfo", fabric, guid, state, act_s), ts=ts, fabric=fabric,
+                   source=source, event="state", sm=guid, state=state, priority=prio,
+                   lid=int(lid_s), activity=int(act_s))
