@@ -586,8 +586,8 @@ class Simulator:
             return m
 
         for fi, fault in enumerate(self.faults):
-            if fi in self.fixed:
-                continue
+            if fi in self.fixed or fault.kind in SM_FAULTS:
+                continue  # the SM's faults show on fabric.sm alone
             occ = fault.active(rel)
             if occ is None:
                 continue

@@ -41,6 +41,10 @@ def _detections(fabric_name: str, spec: str | None, steps: int) -> set[tuple[str
     ("roce", "pause_storm:node0001/mlx5_0:1", 8, ("pause_storm", "node0001/mlx5_0:1")),
     ("roce", "ecn_misconfig:leaf-su01-r1", 8, ("ecn_pfc_misconfig", "leaf-su01-r1:1")),
     ("lab", "spine_reboot:spine-su01-s1,at=20s,for=60s", 16, ("flap", "leaf-su01-r0:5")),
+    ("lab", "sm_failover:sm-2,at=30s", 5, ("sm_failover", "sm-2:0")),
+    ("lab", "sm_failover:sm-2,at=30s", 5, ("sm_standby_lost", "sm-2:0")),
+    ("lab", "sweep_storm:leaf-su01-r2:2,count=6,every=5s,at=20s", 8,
+     ("sweep_storm", "sm-1:0")),
 ])
 def test_fault_is_detected(fabric: str, spec: str, steps: int,
                            expected: tuple[str, str]) -> None:
@@ -57,3 +61,18 @@ def test_spine_reboot_is_the_breakers_case() -> None:
 @pytest.mark.parametrize("fabric", ["lab", "roce"])
 def test_healthy_fabric_is_quiet(fabric: str) -> None:
     assert _detections(fabric, None, 120) == set()  # 20 minutes of a healthy fabric
+
+
+def test_sweep_storm_names_its_port_and_is_one_sm_incident() -> None:
+    s = Simulator(LAB, faults=[parse_spec("sweep_storm:leaf-su01-r2:2,count=6,every=5s,at=20s")],
+                  start_ms=START, probe_every=0, topology_every=0)
+    lines = [m.value for _ in range(8) for m in s.step().messages]
+    from schemas import Detection, Incident
+    from streams.replay import replay_all
+
+    out = list(replay_all(lines, Policy()))
+    [storm] = [d for d in out if isinstance(d, Detection) and d.detection.value == "sweep_storm"]
+    assert storm.evidence["ports"] == ["leaf-su01-r2:2"]
+    [opened] = [i for i in out if isinstance(i, Incident) and i.state == "open"]
+    assert opened.cause.value == "sm_event" and opened.members == ["leaf-su01-r2:2"]
+    assert storm.incident == opened.incident
