@@ -526,3 +526,48 @@ def parse_sminfo(text: str, *, fabric: str, ts: int, source: str = "sminfo") -> 
     return SmEvent(id=stable_id("sminfo", fabric, guid, state, act_s), ts=ts, fabric=fabric,
                    source=source, event="state", sm=guid, state=state, priority=prio,
                    lid=int(lid_s), activity=int(act_s))
+
+
+# ---------------------------------------------------------------- saquery -s
+
+_SAQ_FIELD = re.compile(r"^\s*(EndPortLid|base_lid|master_sm_base_lid)\.+(\d+)\s*$")
+
+
+@guarded
+def parse_saquery_sms(text: str, *, fabric: str, ts: int,
+                      source: str = "saquery") -> SmEvent:
+    """``saquery -s`` output -> the ``standby`` event: every SM port but the master.
+
+    ``saquery -s`` lists the PortInfoRecords of the ports whose CapabilityMask says IsSM
+    ("IsSM ports", then "IsSMdisabled ports"). The master is the port whose ``base_lid`` is
+    its ``master_sm_base_lid``; the others are the standbys. SMs are named by LID
+    (``lid:N``), as saquery gives them; ``sm`` is the master as this answer names it.
+    """
+    section: str | None = None
+    records: list[dict[str, int]] = []
+    for number, line in lines(text):
+        stripped = line.strip()
+        if stripped in ("IsSM ports", "IsSMdisabled ports"):
+            section = stripped
+            continue
+        if stripped == "PortInfoRecord dump:":
+            if section is None:
+                raise ParseError(None, number, "a PortInfoRecord before 'IsSM ports'")
+            if section == "IsSM ports":
+                records.append({})
+            continue
+        found = _SAQ_FIELD.match(line)
+        if found and section == "IsSM ports" and records:
+            records[-1][found.group(1)] = int(found.group(2))
+    if section is None:
+        raise ParseError(None, None, "no 'IsSM ports' section (not saquery -s output)")
+    masters = {r["master_sm_base_lid"] for r in records if "master_sm_base_lid" in r}
+    if len(masters) != 1:
+        raise ParseError(None, None, f"the IsSM ports name {len(masters)} master SM LIDs, "
+                                     "not one")
+    master = masters.pop()
+    standbys = sorted({f"lid:{r['base_lid']}" for r in records
+                       if "base_lid" in r and r["base_lid"] != master})
+    return SmEvent(id=stable_id("saquery-s", fabric, master, *standbys, ts // 60_000),
+                   ts=ts, fabric=fabric, source=source, event="standby", sm=f"lid:{master}",
+                   sms=standbys)

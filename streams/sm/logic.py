@@ -84,7 +84,8 @@ def _standby(st: dict[str, Any], ev: SmEvent, policy: Policy) -> list[Detection]
     master = st["master"]["sm"] if st["master"] else None
     out: list[Detection] = []
     if before is not None:
-        for lost in sorted(set(before) - set(now) - {master}):
+        # the master, as the list's own source or the state events name it, is not lost
+        for lost in sorted(set(before) - set(now) - {master, ev.sm}):
             out.append(_lost(ev, lost, cfg.standby_lost_action,
                              {"lost": lost, "standbys": now, "min_standbys": cfg.min_standbys,
                               "master": master}))

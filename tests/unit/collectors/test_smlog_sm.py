@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from collectors.errors import ParseError
-from collectors.ibdiags import parse_sminfo
+from collectors.ibdiags import parse_saquery_sms, parse_sminfo
 from collectors.ibnetdiscover import parse_nodes
 from collectors.lidmap import LidMap
 from collectors.smlog import OpensmState, parse_opensm_log
@@ -174,3 +174,25 @@ def test_sminfo_round_trips_every_value(lid: int, guid: int, act: int, prio: int
     assert int(event.sm, 16) == guid
     assert event.priority == prio
     assert event.state == ["not_active", "discovering", "standby", "master"][state]
+
+
+def test_real_sminfo_and_saquery_of_the_lab() -> None:
+    sminfo = (FIXTURES / "sminfo" / "ibsim-master.txt").read_text()
+    master = parse_sminfo(sminfo, fabric="lab", ts=1_700_000_000_000)
+    assert (master.sm, master.state, master.priority) == (SM_GUID, "master", 14)
+    saq = (FIXTURES / "saquery" / "ibsim-issm-ports.txt").read_text()
+    standby = parse_saquery_sms(saq, fabric="lab", ts=1_700_000_000_000)
+    # the lab runs one SM: it is the master (LID 73, as sminfo says), and no standby
+    assert (standby.event, standby.sm, standby.sms) == ("standby", "lid:73", [])
+
+
+def test_saquery_lists_every_sm_port_but_the_master_as_standby() -> None:
+    record = ("PortInfoRecord dump:\n\t\tEndPortLid..............{0}\n\t\tPortNum.................0\n"
+              "\t\tbase_lid................{0}\n\t\tmaster_sm_base_lid......7\n"
+              "\t\tcapability_mask.........0xC04A\n")
+    text = "IsSM ports\n" + "".join(record.format(n) for n in (7, 12, 3)) + \
+        "\nIsSMdisabled ports\n" + record.format(99)
+    event = parse_saquery_sms(text, fabric="f", ts=1)
+    assert event.sm == "lid:7" and event.sms == ["lid:12", "lid:3"]
+    with pytest.raises(ParseError):
+        parse_saquery_sms("sminfo: sm lid 1\n", fabric="f", ts=1)
