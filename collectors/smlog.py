@@ -21,6 +21,16 @@ opensm lines that make events
   Discovered new port with GUID:0x.. LID range [a,b] of node: <desc>``: ``up``. The LID
   gives device and port through the LidMap. A switch's own removal is no port event.
 
+The SM's own events (``SmLogResult.sm_events``, ``fabric.sm``), quoted from opensm's format
+strings: a heavy sweep from its first sign (``Entering DISCOVERING state``, the first trap 128
+or 144 since ``SUBNET UP``, ``Forcing heavy sweep. Received trap:%u`` / ``Received signal
+%s``, the ``INITIATING HEAVY SWEEP`` banner) to ``SUBNET UP``, with its trigger, the ports
+that changed and the devices that sent the traps (without a sign of its start, ``start`` is
+None); ``Entering %s state`` (MASTER, STANDBY, DISCOVERING, NOT-ACTIVE) for the SM named by
+``Setting IS_SM on port 0x..``; ``Received trap %u times consecutively`` (a count, the trap
+being the thread's last ``log_trap_info``) and ``Disabling noisy physical port 0x%016x: lid
+%u, num %u`` as trap storms. The verbose lines need opensm's ``-V``/``-D 0x07``.
+
 ``log_trap_info: Received Generic Notice ... num:128 (Link state change) ... from LID:73``
 names the switch but neither the port nor the direction (the SM learns those only by
 sweeping), so it makes no event by itself: it is remembered, and the port changes of that
