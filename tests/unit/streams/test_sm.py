@@ -144,3 +144,13 @@ def test_replaying_the_same_sm_events_gives_the_same_detections() -> None:
         engine = Engine(Policy())
         runs.append([o.to_wire() for ev in events for o in engine.feed_all(ev)])
     assert runs[0] == runs[1] and runs[0]
+
+
+def test_a_standby_named_by_lid_that_became_master_is_not_lost() -> None:
+    # saquery -s names SMs by LID and the list's master in ``sm``; sminfo names the master
+    # by GUID: the promoted LID is the list's master, so it is not "lost"
+    dets = run([sm("state", T0, sm="0xaa", state="master"),
+                sm("standby", T0 + 1, sm="lid:1", sms=["lid:5", "lid:9"]),
+                sm("state", T0 + 5000, sm="0xbb", state="master"),
+                sm("standby", T0 + 6000, sm="lid:5", sms=["lid:9"])])
+    assert [(d.detection, d.device) for d in dets] == [(DetectionKind.SM_FAILOVER, "0xbb")]
