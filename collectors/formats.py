@@ -86,7 +86,7 @@ def _resolved(result: smlog.SmLogResult, o: IngestOptions, what: str) -> list[Ev
         o.notes.append(f"line {item.line}: not placed: {item.reason}")
     if len(missing) > 20:
         o.notes.append(f"... and {len(missing) - 20} more lines not placed")
-    return list(result.events)
+    return [*result.events, *result.sm_events]  # the SM's own events go to fabric.sm
 
 
 @dataclass(frozen=True)
@@ -115,7 +115,12 @@ FORMATS: dict[str, Format] = {f.name: f for f in (
            lambda t, o: telemetry.parse_mlxlink(t, fabric=o.fabric, ts=o.ts,
                                                 device=_need_device(o, "mlxlink"),
                                                 port=o.port)),
-    Format("opensm", "opensm log -> port events (--tz, --year, --topology)", _opensm),
+    Format("opensm", "opensm log -> port events, and heavy sweeps / SM state / trap storms "
+           "(--tz, --year, --topology)", _opensm),
+    Format("sminfo", "sminfo -> the master SM's state (fabric.sm)",
+           lambda t, o: [ibdiags.parse_sminfo(t, fabric=o.fabric, ts=o.ts)]),
+    Format("saquery-sm", "saquery -s -> the standby SMs (fabric.sm)",
+           lambda t, o: [ibdiags.parse_saquery_sms(t, fabric=o.fabric, ts=o.ts)]),
     Format("ufm-events", "UFM event.log -> port events (--tz, --topology)", _ufm_events),
     Format("ufm-telemetry", "UFM telemetry JSON -> counters",
            lambda t, o: telemetry.parse_ufm_telemetry(t, fabric=o.fabric, lids=o.lids)),

@@ -29,11 +29,20 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from collectors.common import DeviceSamples, PortValues, collapse, counters_events, guarded, lines, to_int
+from collectors.common import (
+    DeviceSamples,
+    PortValues,
+    collapse,
+    counters_events,
+    guarded,
+    lines,
+    stable_id,
+    to_int,
+)
 from collectors.errors import ParseError
 from collectors.ibnetdiscover import NodeType, device_name
 from collectors.lidmap import LidMap
-from schemas import LEGACY_COUNTER_BITS, Counters
+from schemas import LEGACY_COUNTER_BITS, Counters, SmEvent
 
 # perfquery / ibqueryerrors counter name -> contract field (or extra field) name.
 PMA_FIELDS: dict[str, str] = {
@@ -475,3 +484,90 @@ def parse_ibstatus(text: str, *, fabric: str, ts: int, host: str | None,
     if not devices:
         raise ParseError(None, None, "no \"Infiniband device '...' port N status:\" record")
     return counters_events(devices, fabric=fabric, ts=ts, source=source, kind="ibstatus")
+
+
+# ---------------------------------------------------------------- sminfo
+
+# infiniband-diags sminfo.c: printf("sminfo: sm lid %d sm guid 0x%" PRIx64 ", activity
+# count %u priority %d state %d %s\n", ...), the state's name one of statestr[].
+_SMINFO = re.compile(r"^sminfo: sm lid (\d+) sm guid (0x[0-9a-fA-F]+), activity count (\d+) "
+                     r"priority (\d+) state (\d+) (SMINFO_[A-Z]+|\?\?\?)\s*$")
+_SMINFO_STATES = {0: "not_active", 1: "discovering", 2: "standby", 3: "master"}
+
+
+@guarded
+def parse_sminfo(text: str, *, fabric: str, ts: int, source: str = "sminfo") -> SmEvent:
+    """``sminfo`` output -> the SM's ``state`` event (``fabric.sm``).
+
+    Without arguments sminfo asks the SM the local port's PortInfo names (the master):
+    ``sm`` is that SM's port GUID, ``state`` its SMInfo state. The id is the fabric, the
+    GUID, the state and the activity count, so polling an idle SM twice dedupes.
+    """
+    found = None
+    for number, line in lines(text):
+        stripped = line.strip()
+        if not stripped:
+            continue
+        found = _SMINFO.match(stripped)
+        if found is None:
+            raise ParseError(None, number, "not an sminfo line ('sminfo: sm lid N sm guid "
+                                           f"0x..., activity count N ...'): {stripped[:80]!r}")
+        break
+    if found is None:
+        raise ParseError(None, None, "no sminfo line found")
+    lid_s, guid, act_s, prio_s, state_s, _name = found.groups()
+    state = _SMINFO_STATES.get(int(state_s))
+    if state is None:
+        raise ParseError(None, None, f"sminfo state {state_s} is not one of 0..3")
+    prio = int(prio_s)
+    if prio > 15:
+        raise ParseError(None, None, f"sminfo priority {prio} is outside 0..15")
+    guid = guid.lower()
+    return SmEvent(id=stable_id("sminfo", fabric, guid, state, act_s), ts=ts, fabric=fabric,
+                   source=source, event="state", sm=guid, state=state, priority=prio,
+                   lid=int(lid_s), activity=int(act_s))
+
+
+# ---------------------------------------------------------------- saquery -s
+
+_SAQ_FIELD = re.compile(r"^\s*(EndPortLid|base_lid|master_sm_base_lid)\.+(\d+)\s*$")
+
+
+@guarded
+def parse_saquery_sms(text: str, *, fabric: str, ts: int,
+                      source: str = "saquery") -> SmEvent:
+    """``saquery -s`` output -> the ``standby`` event: every SM port but the master.
+
+    ``saquery -s`` lists the PortInfoRecords of the ports whose CapabilityMask says IsSM
+    ("IsSM ports", then "IsSMdisabled ports"). The master is the port whose ``base_lid`` is
+    its ``master_sm_base_lid``; the others are the standbys. SMs are named by LID
+    (``lid:N``), as saquery gives them; ``sm`` is the master as this answer names it.
+    """
+    section: str | None = None
+    records: list[dict[str, int]] = []
+    for number, line in lines(text):
+        stripped = line.strip()
+        if stripped in ("IsSM ports", "IsSMdisabled ports"):
+            section = stripped
+            continue
+        if stripped == "PortInfoRecord dump:":
+            if section is None:
+                raise ParseError(None, number, "a PortInfoRecord before 'IsSM ports'")
+            if section == "IsSM ports":
+                records.append({})
+            continue
+        found = _SAQ_FIELD.match(line)
+        if found and section == "IsSM ports" and records:
+            records[-1][found.group(1)] = int(found.group(2))
+    if section is None:
+        raise ParseError(None, None, "no 'IsSM ports' section (not saquery -s output)")
+    masters = {r["master_sm_base_lid"] for r in records if "master_sm_base_lid" in r}
+    if len(masters) != 1:
+        raise ParseError(None, None, f"the IsSM ports name {len(masters)} master SM LIDs, "
+                                     "not one")
+    master = masters.pop()
+    standbys = sorted({f"lid:{r['base_lid']}" for r in records
+                       if "base_lid" in r and r["base_lid"] != master})
+    return SmEvent(id=stable_id("saquery-s", fabric, master, *standbys, ts // 60_000),
+                   ts=ts, fabric=fabric, source=source, event="standby", sm=f"lid:{master}",
+                   sms=standbys)

@@ -21,6 +21,16 @@ opensm lines that make events
   Discovered new port with GUID:0x.. LID range [a,b] of node: <desc>``: ``up``. The LID
   gives device and port through the LidMap. A switch's own removal is no port event.
 
+The SM's own events (``SmLogResult.sm_events``, ``fabric.sm``), quoted from opensm's format
+strings: a heavy sweep from its first sign (``Entering DISCOVERING state``, the first trap 128
+or 144 since ``SUBNET UP``, ``Forcing heavy sweep. Received trap:%u`` / ``Received signal
+%s``, the ``INITIATING HEAVY SWEEP`` banner) to ``SUBNET UP``, with its trigger, the ports
+that changed and the devices that sent the traps (without a sign of its start, ``start`` is
+None); ``Entering %s state`` (MASTER, STANDBY, DISCOVERING, NOT-ACTIVE) for the SM named by
+``Setting IS_SM on port 0x..``; ``Received trap %u times consecutively`` (a count, the trap
+being the thread's last ``log_trap_info``) and ``Disabling noisy physical port 0x%016x: lid
+%u, num %u`` as trap storms. The verbose lines need opensm's ``-V``/``-D 0x07``.
+
 ``log_trap_info: Received Generic Notice ... num:128 (Link state change) ... from LID:73``
 names the switch but neither the port nor the direction (the SM learns those only by
 sweeping), so it makes no event by itself: it is remembered, and the port changes of that
@@ -51,14 +61,14 @@ from collectors.common import collapse, guarded, lines, stable_id
 from collectors.errors import ParseError
 from collectors.ibnetdiscover import NodeType, device_name
 from collectors.lidmap import LidMap
-from schemas import PortEvent
+from schemas import PortEvent, SmEvent
 
 _MONTHS = {m: i for i, m in enumerate(
     ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"),
     start=1)}
 _OSM_LINE = re.compile(
     r"^(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)\s+(\d{1,2})\s+"
-    r"(\d{2}):(\d{2}):(\d{2})\s+(\d{6})\s+\[[0-9A-Fa-f]+\]\s+0x[0-9A-Fa-f]{2}\s+->\s?(.*)$"
+    r"(\d{2}):(\d{2}):(\d{2})\s+(\d{6})\s+\[([0-9A-Fa-f]+)\]\s+0x[0-9A-Fa-f]{2}\s+->\s?(.*)$"
 )
 _TRAP = re.compile(r"log_trap_info: Received Generic Notice type:\d+ num:(\d+) \(([^)]*)\)"
                    r".*?from LID:(\d+)")
@@ -70,6 +80,18 @@ _REMOVED = re.compile(r"Removed port with GUID:(0x[0-9A-Fa-f]+) LID range "
 _NEW_PORT = re.compile(r"Discovered new port with GUID:(0x[0-9A-Fa-f]+) LID range "
                        r"\[(0x[0-9A-Fa-f]+|\d+),\s*(0x[0-9A-Fa-f]+|\d+)\] of node:\s*(.*)$")
 _SUBNET_UP = re.compile(r"^SUBNET UP\s*$")
+# The SM's own lines (opensm/osm_sm_state_mgr.c, osm_state_mgr.c, osm_trap_rcv.c,
+# osm_opensm.c), quoted from the source's format strings.
+_IS_SM = re.compile(r"osm_opensm_bind: Setting IS_SM on port (0x[0-9A-Fa-f]+)")
+_ENTERING = re.compile(r"^Entering (MASTER|STANDBY|DISCOVERING|NOT-ACTIVE) state\s*$")
+_FORCING_TRAP = re.compile(r"Forcing heavy sweep\. Received trap:(\d+)")
+_FORCING_SIGNAL = re.compile(r"Forcing heavy sweep\. Received signal (.+?)\s*$")
+_CONSECUTIVE = re.compile(r"Received trap (\d+) times consecutively")
+_NOISY = re.compile(r"Disabling noisy physical port (0x[0-9A-Fa-f]+): lid (\d+), num (\d+)")
+# A banner line of OSM_LOG_MSG_BOX (verbose): "****** INITIATING HEAVY SWEEP ******".
+_BANNER = re.compile(r"^\*+\s*([A-Z][A-Z0-9 ()-]*?)\s*\*+$")
+_SM_STATES = {"MASTER": "master", "STANDBY": "standby", "DISCOVERING": "discovering",
+              "NOT-ACTIVE": "not_active"}
 
 
 @dataclass(frozen=True)
@@ -86,6 +108,8 @@ class SmLogResult:
     events: list[PortEvent] = field(default_factory=list)
     unresolved: list[Unresolved] = field(default_factory=list)
     lines_read: int = 0
+    # What the SM itself did (fabric.sm): heavy sweeps, its state, trap storms.
+    sm_events: list[SmEvent] = field(default_factory=list)
 
 
 def zone(tz: str | tzinfo) -> tzinfo:
@@ -134,16 +158,51 @@ class OpensmState:
     last_month: int = 0
     traps: dict[str, int] = field(default_factory=dict)  # device -> trap since SUBNET UP
     lines_before: int = 0  # lines of earlier chunks, so that line numbers stay absolute
+    sm: str | None = None  # this SM's port GUID ("Setting IS_SM on port ..."), once seen
+    # The heavy sweep under way (since its first sign, until SUBNET UP): its start (None:
+    # not seen), its trigger, the ports that changed and the devices that sent traps.
+    sweep_start: int | None = None
+    sweep_pending: bool = False
+    sweep_trigger: str | None = None
+    sweep_ports: list[str] = field(default_factory=list)
+    sweep_devices: list[str] = field(default_factory=list)
+    last_ts: int | None = None
+    last_trap: dict[str, tuple[int, int]] = field(default_factory=dict)  # thread -> (trap, lid)
+
+
+# Traps that make opensm (sweep_on_trap, the default) force a heavy sweep
+# (osm_trap_rcv.c): 128 link state change, 144 local changes.
+SWEEP_TRAPS = frozenset({128, 144})
+MAX_SWEEP_PORTS = 4096
+
+
+def _sweep_begins(st: OpensmState, ts: int, trigger: str | None) -> None:
+    """The first sign of a heavy sweep since SUBNET UP starts it; later signs add to it."""
+    if not st.sweep_pending:
+        st.sweep_pending = True
+        st.sweep_start = ts
+    if st.sweep_trigger is None and trigger is not None:
+        st.sweep_trigger = trigger
+
+
+def _sweep_clear(st: OpensmState) -> None:
+    st.sweep_pending = False
+    st.sweep_start = None
+    st.sweep_trigger = None
+    st.sweep_ports = []
+    st.sweep_devices = []
 
 
 @guarded
 def parse_opensm_log(text: str, *, fabric: str, tz: str | tzinfo, year: int,
                      lids: LidMap | None = None, source: str = "opensm",
-                     state: OpensmState | None = None) -> SmLogResult:
-    """opensm log text -> port events (and the change lines it could not resolve).
+                     state: OpensmState | None = None, sm: str | None = None) -> SmLogResult:
+    """opensm log text -> port events, SM events (and the change lines it could not resolve).
 
-    ``state`` carries the year, the trap memory and the line count from one chunk of a
-    followed log to the next; a chunk without any opensm line is then no error.
+    ``state`` carries the year, the trap memory, the sweep under way and the line count
+    from one chunk of a followed log to the next; a chunk without any opensm line is then
+    no error. ``sm`` names this SM until its log says its port GUID (``Setting IS_SM on
+    port``); without either, the ``source``.
     """
     zone_info = zone(tz)
     result = SmLogResult()
@@ -156,9 +215,12 @@ def parse_opensm_log(text: str, *, fabric: str, tz: str | tzinfo, year: int,
         result.lines_read = number
         match = _OSM_LINE.match(line)
         if match is None:
+            banner = _BANNER.match(line.strip())
+            if banner and banner.group(1) == "INITIATING HEAVY SWEEP" and st.last_ts:
+                _sweep_begins(st, st.last_ts, None)
             continue  # banners, notice dumps, blank lines: parts of multi-line records
         matched_any = True
-        mon, day, hh, mm, ss, usec, message = match.groups()
+        mon, day, hh, mm, ss, usec, thread, message = match.groups()
         month = _MONTHS[mon]
         if st.last_month == 12 and month == 1:
             st.year += 1
@@ -169,6 +231,7 @@ def parse_opensm_log(text: str, *, fabric: str, tz: str | tzinfo, year: int,
         except ValueError as exc:
             raise ParseError(None, number, f"bad timestamp: {exc}") from None
         ts = _ms(local)
+        st.last_ts = ts
 
         def emit(device: str, port: int, state: str, *, trap: int | None = None,
                  reason: str | None = None, phys: str | None = None,
@@ -177,16 +240,74 @@ def parse_opensm_log(text: str, *, fabric: str, tz: str | tzinfo, year: int,
                 id=stable_id("opensm", fabric, source, _line, device, port),
                 ts=_ts, fabric=fabric, source=source, device=device, port=port,
                 state=state, trap=trap, phys_state=phys, reason=reason))
+            if f"{device}:{port}" not in st.sweep_ports:  # the next SUBNET UP's sweep
+                st.sweep_ports.append(f"{device}:{port}")
 
-        if _SUBNET_UP.match(message.strip()):
+        def sm_event(event: str, _line: str = line, _ts: int = ts, **fields: object) -> None:
+            result.sm_events.append(SmEvent.model_validate({
+                "id": stable_id("opensm-sm", fabric, source, _line, event), "ts": _ts,
+                "fabric": fabric, "source": source, "event": event,
+                "sm": st.sm or sm or source, **fields}))
+
+        text = message.strip()
+        if _SUBNET_UP.match(text):
             traps.clear()
+            if st.sweep_pending or st.sweep_start is not None:
+                sm_event("sweep", start=st.sweep_start, end=ts, trigger=st.sweep_trigger,
+                         ports=st.sweep_ports[:MAX_SWEEP_PORTS],
+                         devices=st.sweep_devices[:MAX_SWEEP_PORTS])
+            else:  # a heavy sweep whose beginning this log level does not show
+                sm_event("sweep", start=None, end=ts, trigger=None,
+                         ports=st.sweep_ports[:MAX_SWEEP_PORTS])
+            _sweep_clear(st)
+            continue
+        if is_sm := _IS_SM.search(text):
+            st.sm = is_sm.group(1).lower()
+            continue
+        if entering := _ENTERING.match(text):
+            new_sm_state = _SM_STATES[entering.group(1)]
+            sm_event("state", state=new_sm_state)
+            if new_sm_state in ("master", "discovering") and not st.sweep_pending:
+                _sweep_begins(st, ts, "start-up" if new_sm_state == "discovering"
+                              else "became master")
+            continue
+        if forcing := _FORCING_TRAP.search(text):
+            _sweep_begins(st, ts, f"trap {forcing.group(1)}")
+            continue
+        if forcing := _FORCING_SIGNAL.search(text):
+            _sweep_begins(st, ts, f"signal {forcing.group(1)}")
+            continue
+        if consecutive := _CONSECUTIVE.search(text):
+            count = int(consecutive.group(1))
+            seen = st.last_trap.get(thread)
+            where = lids.by_lid(seen[1]) if lids and seen else None
+            sm_event("trap_storm", count=count, trap=seen[0] if seen else None,
+                     device=where.device if where else None,
+                     port=where.port if where and where.port is not None else None)
+            continue
+        if noisy := _NOISY.search(text):
+            lid, port = int(noisy.group(2)), int(noisy.group(3))
+            target = lids.by_lid(lid) if lids else None
+            if target is None:
+                result.unresolved.append(Unresolved(number, f"LID {lid} is not in the "
+                                                    "topology", line))
+            seen = st.last_trap.get(thread)
+            sm_event("trap_storm", disabled=True, trap=seen[0] if seen else None,
+                     device=target.device if target else None,
+                     port=port if target else None)
             continue
         trap = _TRAP.search(message)
         if trap:
             lid = int(trap.group(3))
+            st.last_trap[thread] = (int(trap.group(1)), lid)
             device = lids.device_for_lid(lid) if lids else None
             if device is not None:
                 traps[device] = int(trap.group(1))
+            if int(trap.group(1)) in SWEEP_TRAPS:  # sweep_on_trap: this trap forces one
+                _sweep_begins(st, ts, f"trap {trap.group(1)}")
+                name = device or f"lid:{lid}"
+                if name not in st.sweep_devices:
+                    st.sweep_devices.append(name)
             continue
         changed = _CHANGED.search(message)
         if changed:

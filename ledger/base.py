@@ -27,7 +27,7 @@ RECORD_RERUN_WINDOW_S = 2 * 86_400
 
 TABLE_ORDER = ("port_events", "probes", "topology_snapshots", "topology_links",
                "device_location", "detections", "actions", "evidence", "job_placements",
-               "incidents", "maintenance_windows", "dead_letters")
+               "incidents", "maintenance_windows", "sm_events", "sm_sweeps", "dead_letters")
 
 
 class LedgerError(RuntimeError):

@@ -3,7 +3,8 @@
 One process owns the embedded ledger (chdb allows one per data folder), so one consumer
 group, ``fabricwatch-ledger``, feeds it from every topic: port events, counters, probes,
 topology, detections, runbook actions and evidence, job placements, incidents, maintenance
-windows, and dead letters. Offsets are committed only after the batch is in the ledger; a
+windows, the subnet manager's events and sweeps (``fabric.sm``), and dead letters. Offsets
+are committed only after the batch is in the ledger; a
 crash replays the uncommitted batch, which the ledger absorbs (its writes are idempotent on
 the event id). A message that fails validation is skipped here, never written as data: the
 stream worker dead-letters it to ``fabric.dlq``, and that record arrives here like any other.
@@ -36,7 +37,7 @@ GROUP_ID = "fabricwatch-ledger"
 INGEST_TOPICS: tuple[registry.Topic, ...] = (
     registry.PORT_EVENTS, registry.COUNTERS, registry.PROBES, registry.TOPOLOGY,
     registry.DETECTIONS, registry.ACTIONS, registry.JOBS, registry.INCIDENTS,
-    registry.MAINTENANCE, registry.DLQ,
+    registry.MAINTENANCE, registry.SM, registry.DLQ,
 )
 
 

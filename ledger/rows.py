@@ -30,6 +30,7 @@ from schemas import (
     Maintenance,
     PortEvent,
     Probe,
+    SmEvent,
     Topology,
 )
 from schemas.events import Event
@@ -208,4 +209,24 @@ def to_rows(event: Event | DeadLetter) -> list[TableRow]:
                                          "state": event.state, "reason": event.reason,
                                          "actor": event.actor,
                                          "exclusion": int(event.exclusion)})]
+    if isinstance(event, SmEvent):
+        return sm_rows(event, common)
     raise TypeError(f"no ledger table for {type(event).__name__}")
+
+
+def sm_rows(event: SmEvent, common: Row) -> list[TableRow]:
+    """An SM event's row, and a heavy sweep's own row in ``sm_sweeps``."""
+    rows: list[TableRow] = [("sm_events", {
+        **common, "event": event.event, "sm": event.sm, "state": event.state,
+        "priority": event.priority, "sms": list(event.sms or []), "trap": event.trap,
+        "count": event.count, "device": event.device, "port": event.port,
+        "disabled": int(event.disabled), "trigger": event.trigger,
+        "ports": list(event.ports)})]
+    if event.event == "sweep" and event.end is not None:
+        rows.append(("sm_sweeps", {
+            **common, "sm": event.sm,
+            "start": None if event.start is None else _sec(event.start),
+            "end": _sec(event.end), "duration_ms": event.duration_ms,
+            "trigger": event.trigger, "ports": list(event.ports),
+            "devices": list(event.devices)}))
+    return rows

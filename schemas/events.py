@@ -74,6 +74,12 @@ class DetectionKind(StrEnum):
     HOT_UPLINK = "hot_uplink"  # one uplink of a leaf carrying a multiple of its ECMP peers
     BER_WARNING = "ber_warning"  # BER above the field table's warning level (a ticket)
     DROP_RATE = "drop_rate"  # errors or discards over packets above the policy's limit
+    # The subnet manager (fabric.sm): the master SM changed, a standby SM is gone, heavy
+    # sweeps per minute over the policy, a port's traps repeating / babbling port disabled.
+    SM_FAILOVER = "sm_failover"
+    SM_STANDBY_LOST = "sm_standby_lost"
+    SWEEP_STORM = "sweep_storm"
+    TRAP_STORM = "trap_storm"
 
 
 def ts_to_ms(value: Any) -> int:
@@ -577,6 +583,93 @@ class Maintenance(Envelope):
         return self.fabric
 
 
+MAX_SM_PORTS = 4096
+
+
+class SmEvent(Envelope):
+    """What the subnet manager did or is (``fabric.sm``, key ``fabric``).
+
+    ``event`` says which:
+
+    * ``sweep``: one heavy sweep, ``start``..``end`` (epoch ms; ``end`` is the ``SUBNET UP``
+      that closed it; ``start`` None where the log level showed no sign of its beginning,
+      so its duration is unknown, not zero), ``trigger`` what forced it (``trap 128``,
+      ``signal HUP``, ``start-up``, ``became master``; None: the log did not say), ``ports`` the port
+      keys (``device:port``) whose change the sweep was for, ``devices`` the devices that
+      sent the traps;
+    * ``state``: the SM ``sm`` is in ``state`` (its own log's "Entering MASTER state", or
+      ``sminfo``'s answer about the master); ``priority`` where known;
+    * ``standby``: the SMs the fabric has other than the master (``saquery -s``): ``sms``
+      (each ``sm`` identity), the whole list each time;
+    * ``trap_storm``: the same trap from one port again and again within opensm's aging
+      window (``count`` times; opensm logs 10, 20, 50, 100, ...), ``trap`` its number,
+      ``device``/``port`` where opensm names them; ``disabled`` when opensm took the
+      babbling port down (``babbling_port_policy``).
+
+    ``sm`` names the SM (its port GUID ``0x...`` or node name) the message is about; the
+    SM whose log or answer it came from is the ``source``.
+    """
+
+    kind: Literal["sm_event"] = "sm_event"
+    event: Literal["sweep", "state", "standby", "trap_storm"]
+    sm: Annotated[str, Field(min_length=1, max_length=256)]
+    # sweep
+    start: NonNegInt | None = None
+    end: NonNegInt | None = None
+    trigger: Annotated[str, Field(max_length=256)] | None = None
+    ports: Annotated[list[Annotated[str, Field(min_length=1, max_length=512)]],
+                     Field(max_length=MAX_SM_PORTS)] = Field(default_factory=list)
+    devices: Annotated[list[Device], Field(max_length=MAX_SM_PORTS)] = Field(
+        default_factory=list)
+    # state
+    state: Literal["master", "standby", "discovering", "not_active"] | None = None
+    priority: Annotated[int, Field(ge=0, le=15, strict=True)] | None = None
+    # standby
+    sms: Annotated[list[Annotated[str, Field(min_length=1, max_length=256)]],
+                   Field(max_length=64)] | None = None
+    # trap_storm
+    trap: NonNegInt | None = None
+    count: NonNegInt | None = None
+    device: Device | None = None
+    port: Annotated[int, Field(ge=0, le=MAX_IB_PORT, strict=True)] | None = None
+    disabled: StrictBool = False
+
+    @field_validator("sm")
+    @classmethod
+    def _sm(cls, value: str) -> str:
+        return check_device(value)
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, value: str | None) -> str | None:
+        return None if value is None else check_device(value)
+
+    @model_validator(mode="after")
+    def _shape(self) -> SmEvent:
+        if self.event == "sweep":
+            if self.end is None:
+                raise FieldError("end", "a sweep says when it ended (its SUBNET UP)")
+            if self.start is not None and self.end < self.start:
+                raise FieldError("end", f"end {self.end} is before start {self.start}")
+        elif self.event == "state" and self.state is None:
+            raise FieldError("state", "a state event says which state (master, standby, "
+                             "discovering, not_active)")
+        elif self.event == "standby" and self.sms is None:
+            raise FieldError("sms", "a standby event lists the standby SMs (maybe none)")
+        elif self.event == "trap_storm" and self.count is None and not self.disabled:
+            raise FieldError("count", "a trap storm says how many times the trap came, or "
+                             "that the port was disabled")
+        return self
+
+    @property
+    def duration_ms(self) -> int | None:
+        return None if self.start is None or self.end is None else self.end - self.start
+
+    @property
+    def key(self) -> str:
+        return self.fabric
+
+
 class DeadLetter(BaseModel):
     """A message that failed validation, kept whole (``fabric.dlq``)."""
 
@@ -595,7 +688,7 @@ class DeadLetter(BaseModel):
 
 AnyEvent = Annotated[
     PortEvent | Counters | Probe | Topology | Detection | ActionRecord | EvidenceRecord
-    | JobPlacement | Incident | Maintenance,
+    | JobPlacement | Incident | Maintenance | SmEvent,
     Field(discriminator="kind"),
 ]
 EVENT_MODELS: dict[str, type[Envelope]] = {
@@ -609,10 +702,11 @@ EVENT_MODELS: dict[str, type[Envelope]] = {
     "job": JobPlacement,
     "incident": Incident,
     "maintenance": Maintenance,
+    "sm_event": SmEvent,
 }
 EVENT_KINDS = tuple(EVENT_MODELS)
 Event = (PortEvent | Counters | Probe | Topology | Detection | ActionRecord | EvidenceRecord
-         | JobPlacement | Incident | Maintenance)
+         | JobPlacement | Incident | Maintenance | SmEvent)
 
 
 def message_key(event: Event) -> str:
@@ -625,6 +719,6 @@ def message_key(event: Event) -> str:
         return event.fabric
     if isinstance(event, JobPlacement):
         return event.job
-    if isinstance(event, Incident | Maintenance):
+    if isinstance(event, Incident | Maintenance | SmEvent):
         return event.fabric
     return event.key

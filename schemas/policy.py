@@ -462,6 +462,33 @@ class Incidents(_Section):
     sm_min_devices: Annotated[int, Field(ge=2)] = 8
 
 
+class SmHealth(_Section):
+    """The subnet manager's health (``fabric.sm``, ``streams.sm``).
+
+    Defaults are the design's policy, except where opensm sets the number itself
+    (opensm/osm_trap_rcv.c): it reports a trap repeating from 10 receipts within its aging
+    window ("Received trap %u times consecutively") and disables a babbling port at 250.
+
+    * ``sweep_storm``: more than ``max_heavy_sweeps`` heavy sweeps within ``sweep_window``
+      (every link flap forces one; each stalls the whole fabric's routing for its duration);
+    * ``sm_failover``: the master SM changed (another SM entered MASTER, or ``sminfo``
+      answers with another master);
+    * ``sm_standby_lost``: a standby SM that ``saquery -s`` listed is gone, or fewer than
+      ``min_standbys`` remain;
+    * ``trap_storm``: a port's trap repeating at least ``trap_storm_count`` times, or
+      opensm disabling it as babbling.
+    """
+
+    max_heavy_sweeps: Annotated[int, Field(ge=1)] = 3
+    sweep_window: Seconds = 60.0
+    min_standbys: Annotated[int, Field(ge=0)] = 1
+    trap_storm_count: Annotated[int, Field(ge=1)] = 10
+    failover_action: PolicyAction = "page"
+    standby_lost_action: PolicyAction = "ticket"
+    sweep_storm_action: PolicyAction = "page"
+    trap_storm_action: PolicyAction = "ticket"
+
+
 class IsolateEnd(_Section):
     """Which end of a cable the runbook isolates."""
 
@@ -487,6 +514,7 @@ class FabricHealth(_Section):
     isolate_end: IsolateEnd = IsolateEnd()
     probation: Probation = Probation()
     incidents: Incidents = Incidents()
+    sm_health: SmHealth = SmHealth()
     repair_ladder: Annotated[list[str], Field(min_length=1)] = Field(
         default_factory=lambda: ["clean-and-reseat", "swap-optic", "swap-cable",
                                  "swap-switch-port"])

@@ -31,13 +31,16 @@ INCIDENTS = Topic("fabric.incidents", "fabric", ("incident",), 1,
                   "breaker) and its member ports")
 MAINTENANCE = Topic("fabric.maintenance", "fabric", ("maintenance",), 1,
                     "maintenance windows and exclusions, honoured by the worker and by replay")
+SM = Topic("fabric.sm", "fabric", ("sm_event",), 1,
+           "the subnet manager: heavy sweeps, master/standby state, trap storms (opensm log, "
+           "sminfo, saquery)")
 DLQ = Topic("fabric.dlq", "source topic", ("dead_letter",), 1,
             "messages that failed validation, with the reason and the raw bytes")
 
 ALL_TOPICS: tuple[Topic, ...] = (PORT_EVENTS, COUNTERS, PROBES, TOPOLOGY, DETECTIONS, ACTIONS,
-                                 JOBS, INCIDENTS, MAINTENANCE, DLQ)
+                                 JOBS, INCIDENTS, MAINTENANCE, SM, DLQ)
 BY_NAME: dict[str, Topic] = {t.name: t for t in ALL_TOPICS}
-INPUT_TOPICS: tuple[Topic, ...] = (PORT_EVENTS, COUNTERS, PROBES, TOPOLOGY)
+INPUT_TOPICS: tuple[Topic, ...] = (PORT_EVENTS, COUNTERS, PROBES, TOPOLOGY, SM)
 
 
 def topic_for_kind(kind: str) -> Topic:

@@ -33,7 +33,16 @@ optic_power         the module's Rx power falls by ``db`` (default 6 dB) over ``
 slow_link           slow but not dead: counters clean, only probes across it are slower
 spine_reboot        every port of the switch down at once, back after ``for`` (default 3m),
                     then ``bounces`` (default 2) more down/up bounces 15 s apart
+sm_failover         the master SM (``sm-1``) dies and the standby named (``sm-2``) takes
+                    over: fabric.sm says ``sm-2`` is master, lists no standby, and the new
+                    master runs a heavy sweep
+sweep_storm         this port's traps force ``count`` (default 8) heavy sweeps ``every``
+                    (default 5s) apart, each naming the port (a link that retrains within
+                    the sweep: no down reaches the poller)
 ==================  ========================================================================
+
+The simulated subnet manager (``sim.telemetry``) is ``sm-1`` (master) with ``sm-2`` as its
+standby; it says so on fabric.sm at the first step.
 """
 
 from __future__ import annotations
@@ -55,20 +64,25 @@ FaultKind = Literal[
     "flap", "link_down", "degraded_width", "degraded_speed", "ber", "symbol_errors",
     "counter_saturation", "swap", "missing_link", "pause_storm", "ecn_misconfig",
     "hot_uplink", "slow_link", "spine_reboot", "optic_overheat", "optic_power",
+    "sm_failover", "sweep_storm",
 ]
 KINDS: tuple[str, ...] = (
     "flap", "link_down", "degraded_width", "degraded_speed", "ber", "symbol_errors",
     "counter_saturation", "swap", "missing_link", "pause_storm", "ecn_misconfig",
     "hot_uplink", "slow_link", "spine_reboot", "optic_overheat", "optic_power",
+    "sm_failover", "sweep_storm",
 )
+# The simulated subnet managers: the master at start, and its standby.
+SIM_SMS: tuple[str, ...] = ("sm-1", "sm-2")
 ALIASES = {"saturate": "counter_saturation", "saturation": "counter_saturation",
            "down": "link_down", "width": "degraded_width", "speed": "degraded_speed",
            "swapped": "swap", "swap_cable": "swap", "missing": "missing_link",
            "pause": "pause_storm", "ecn": "ecn_misconfig", "hot": "hot_uplink",
            "slow": "slow_link", "reboot": "spine_reboot", "switch_reboot": "spine_reboot",
            "overheat": "optic_overheat", "optic_temp": "optic_overheat",
-           "rx_power": "optic_power"}
-DEVICE_FAULTS = frozenset({"spine_reboot", "ecn_misconfig"})  # the port is optional
+           "rx_power": "optic_power", "failover": "sm_failover", "sweeps": "sweep_storm"}
+DEVICE_FAULTS = frozenset({"spine_reboot", "ecn_misconfig", "sm_failover"})  # the port is optional
+SM_FAULTS = frozenset({"sm_failover", "sweep_storm"})  # seen on fabric.sm
 ROCE_FAULTS = frozenset({"pause_storm", "ecn_misconfig"})
 TOPOLOGY_FAULTS = frozenset({"swap", "missing_link", "degraded_width", "degraded_speed"})
 # Every parameter a spec may carry, with its type; unknown keys are refused.
@@ -96,6 +110,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     # Links to a rebooting switch come back and drop again while its firmware settles;
     # with 2 extra bounces every peer port sees 3 downs: the flap rule fires on all at once.
     "spine_reboot": {"for_ms": 180_000, "bounces": 2},
+    "sweep_storm": {"count": 8, "every_ms": 5_000},
 }
 
 
@@ -244,6 +259,11 @@ class Fault:
 
     def check(self, fabric: Fabric) -> None:
         """Refuse a fault the fabric cannot have (unknown device, uncabled port, ...)."""
+        if self.kind == "sm_failover":
+            if self.device not in SIM_SMS[1:]:
+                raise FaultError(f"{self.label}: the simulated standby SM is "
+                                 f"{', '.join(SIM_SMS[1:])}")
+            return
         try:
             dev = fabric.device(self.device)
             if self.port is not None:

@@ -17,6 +17,8 @@ interval per ``step()`` and returns the contract messages of that interval, alre
   spines and cores on ECMP paths) and one NCCL all-reduce per rail and SU; bandwidth is the
   baseline times the worst link on the path (degraded width or speed, slow link, hot
   uplink, pause storm, errors), 0 when a host link is down.
+- ``fabric.sm``: the simulated subnet manager (``sm-1`` master, ``sm-2`` standby) at the
+  first step, and what the ``sm_failover`` / ``sweep_storm`` faults make it do.
 - ``fabric.topology``: the discovered topology (links that are up, as they trained, with
   swapped cables swapped) at the first step and every ``topology_every`` steps.
 
@@ -40,11 +42,11 @@ from typing import Any
 
 import orjson
 
-from schemas import COUNTER_FIELDS, LEGACY_COUNTER_BITS, JobPlacement, decode, encode
+from schemas import COUNTER_FIELDS, LEGACY_COUNTER_BITS, JobPlacement, SmEvent, decode, encode
 from schemas.events import Event
-from schemas.topics import COUNTERS, JOBS, PORT_EVENTS, PROBES, TOPOLOGY
+from schemas.topics import COUNTERS, JOBS, PORT_EVENTS, PROBES, SM, TOPOLOGY
 from sim.controller import ControllerView, SimController
-from sim.faults import Fault, FaultError, check_all, parse_spec
+from sim.faults import SIM_SMS, SM_FAULTS, Fault, FaultError, check_all, parse_spec
 from sim.topology import LANE_GBPS, WIDTH_LANES, Fabric, Hca, Link
 
 SOURCE = "sim"
@@ -75,6 +77,7 @@ XMIT_WAIT_HOT = 2.0e9
 # Share of the interval a RoCE port spends paused: a healthy busy port, a stormed queue.
 PAUSED_BUSY = 0.002
 PAUSED_STORM = 0.998
+SWEEP_MS = 400  # a heavy sweep of the simulated SM, trap to SUBNET UP
 
 
 log = logging.getLogger(__name__)
@@ -234,6 +237,8 @@ class Simulator:
     # -- set-up ----------------------------------------------------------------------------
 
     def _links_of(self, fault: Fault) -> list[int]:
+        if fault.kind == "sm_failover":
+            return []  # an SM, not a cable
         if fault.port is not None:
             out = [self.link_index[(fault.device, fault.port)]]
             if fault.kind == "swap" and fault.with_device is not None:
@@ -298,6 +303,7 @@ class Simulator:
             key = f"{event['device']}:{event['port']}".encode()
             out.messages.append(Message(PORT_EVENTS.name, key, orjson.dumps(event)))
         out.port_events = len(events)
+        out.messages.extend(self._sm_messages(lo, hi))
         mods = self._mods(hi)
         out.port_samples = self._counters(t1, rng, mods, out.messages)
         if self.probe_every and self.step_no % self.probe_every == 1 % self.probe_every:
@@ -485,6 +491,46 @@ class Simulator:
     def link_up(self, li: int) -> bool:
         return not self.l_causes[li]
 
+    # -- the subnet manager ------------------------------------------------------------------
+
+    def _sm_messages(self, lo: int, hi: int) -> list[Message]:
+        """fabric.sm in ``(lo, hi]``: the SMs at the first step, then the SM faults' events.
+
+        ``sm-1`` is master and ``sm-2`` its standby. ``sm_failover`` makes the standby
+        master (no standby is left) and sweeps; each ``sweep_storm`` occurrence is one heavy
+        sweep of ``SWEEP_MS`` forced by trap 128 from the port's switch, naming the port."""
+        out: list[Message] = []
+
+        def send(rel: int, event: str, **fields: Any) -> None:
+            t = self.start_ms + rel
+            msg = SmEvent.model_validate({
+                "id": f"sim:{self.name}:sm:{event}:{fields.get('sm', SIM_SMS[0])}:{t}",
+                "ts": t, "fabric": self.name, "source": SOURCE, "event": event,
+                "sm": SIM_SMS[0], **fields})
+            out.append(Message(SM.name, self.name.encode(), encode(msg)))
+
+        if lo < 0:
+            send(0, "state", state="master", priority=14)
+            send(0, "standby", sms=list(SIM_SMS[1:]))
+        for fi, fault in enumerate(self.faults):
+            if fault.kind not in SM_FAULTS or fi in self.fixed:
+                continue
+            for start, _end in fault.occurrences():
+                if not lo < start <= hi:
+                    continue
+                if fault.kind == "sm_failover":
+                    send(start, "state", sm=fault.device, state="master", priority=14)
+                    send(start + 1, "standby", sm=fault.device, sms=[])
+                    send(start + 2, "sweep", sm=fault.device,
+                         start=self.start_ms + start + 2 - SWEEP_MS,
+                         end=self.start_ms + start + 2, trigger="became master")
+                else:  # the occurrence is the sweep's SUBNET UP
+                    port = f"{fault.device}:{fault.port}"
+                    send(start, "sweep", start=self.start_ms + start - SWEEP_MS,
+                         end=self.start_ms + start, trigger="trap 128",
+                         ports=[port], devices=[fault.device])
+        return out
+
     # -- faults ----------------------------------------------------------------------------
 
     def _apply_fault_edges(self, lo: int, hi: int,
@@ -559,8 +605,8 @@ class Simulator:
             return m
 
         for fi, fault in enumerate(self.faults):
-            if fi in self.fixed:
-                continue
+            if fi in self.fixed or fault.kind in SM_FAULTS:
+                continue  # the SM's faults show on fabric.sm alone
             occ = fault.active(rel)
             if occ is None:
                 continue

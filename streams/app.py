@@ -12,7 +12,8 @@ restarted or rebalanced worker recovers them), keyed like their source topic:
 * ``flap`` by port: ``fabric.port-events`` plus the internal ``counter-downs`` topic, which
   the counters agent fills with link_downed increases re-keyed from device to port (both
   topics have the same partition count, so Faust assigns them together);
-* ``counters`` by device, ``probes`` by rail, ``topology`` by fabric;
+* ``counters`` by device, ``probes`` by rail, ``topology`` by fabric, ``sm`` by fabric
+  (``fabric.sm``: the subnet manager's sweeps, state and trap storms);
 * ``stale`` by fabric and counters partition (``streams/stale/agent.py``: each partition's
   slice of the fabric-wide state the worker keeps in memory);
 * ``breaker`` by SU, fed by the internal ``breaker`` topic (isolating detections and
@@ -152,6 +153,7 @@ class StreamsApp:
         self.detections = topic(registry.DETECTIONS.name)
         self.dlq = topic(registry.DLQ.name)
         self.incidents = topic(registry.INCIDENTS.name)
+        self.sm = topic(registry.SM.name)
         self.counter_downs = topic(f"{app_id}.counter-downs", n_port, internal=True)
         self.breaker = topic(f"{app_id}.breaker", 1, internal=True)
         self.correlate = topic(f"{app_id}.correlate", 1, internal=True)
@@ -170,6 +172,7 @@ class StreamsApp:
         self.topology_table = table("topology", partitions_of(settings, registry.TOPOLOGY))
         self.breaker_table = table("breaker", 1)
         self.correlate_table = table("correlate", 1)
+        self.sm_table = table("sm", partitions_of(settings, registry.SM))
         self.sink: LedgerSink | None = LedgerSink(self._open_ledger) if ledger else None
         # Called by the counters agent with each decoded counters message and its
         # partition (the stale detector), so that a message is decoded once.
@@ -233,10 +236,11 @@ class StreamsApp:
         from streams.flap import agent as flap_agent
         from streams.incidents import agent as incidents_agent
         from streams.probes import agent as probes_agent
+        from streams.sm import agent as sm_agent
         from streams.stale import agent as stale_agent
 
         for module in (flap_agent, counters_agent, probes_agent, topology_agent,
-                       breaker_agent, stale_agent, incidents_agent):
+                       breaker_agent, stale_agent, incidents_agent, sm_agent):
             module.register(self)
         if self.plan is not None:  # the topology area's diff agent (miswire, missing, ...)
             from streams.topology import agent as topology_diff_agent

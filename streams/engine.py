@@ -1,7 +1,8 @@
 """All detectors over in-memory, per-key state: what ``replay`` runs, key for key like the worker.
 
 The worker keeps the same states in changelogged tables keyed exactly as here (port key for
-flap, device for counters, rail for probes, fabric for topology, SU for the breaker; the
+flap, device for counters, rail for probes, fabric for topology and the SM, SU for the
+breaker; the
 stale detector's scope is the fabric, of which a worker sees the devices on the counters
 partitions it holds) and
 calls the same ``step`` functions; only the storage and the transport differ.
@@ -22,6 +23,7 @@ from schemas import (
     Maintenance,
     PortEvent,
     Probe,
+    SmEvent,
     Topology,
 )
 from schemas.policy import Policy
@@ -33,6 +35,7 @@ from streams.flap.logic import CounterDowns, Excuse, FlapState
 from streams.flap.logic import step as flap_step
 from streams.incidents import logic as incidents
 from streams.probes import logic as probes
+from streams.sm import logic as sm
 from streams.stale.logic import StaleDetector
 
 # How many recent message ids a keyed state remembers, to recognise a redelivery.
@@ -92,6 +95,7 @@ class Engine:
         self.sus: dict[str, Any] = {}
         self.correlation: dict[str, Any] = {}  # incident correlator states by fabric
         self.cabling: dict[str, Any] = {}  # their topology indexes by fabric
+        self.sms: dict[str, Any] = {}  # subnet-manager states by fabric
 
     def feed(self, event: Event | CounterDowns) -> list[Detection]:
         """The detections ``event`` causes (annotated with incident / maintenance)."""
@@ -111,7 +115,7 @@ class Engine:
                 event, self.cabling.get(event.fabric))
         if isinstance(event, PortEvent | Maintenance | ActionRecord):
             out += self.correlate(event)
-        elif isinstance(event, Counters | Probe | Topology | CounterDowns):
+        elif isinstance(event, Counters | Probe | Topology | CounterDowns | SmEvent):
             out += self.correlate(incidents.Tick(f"tick/{event.id}", event.fabric, event.ts))
         for det in self.detect(event):
             for item in self.correlate(det):
@@ -161,6 +165,10 @@ class Engine:
             self.fabrics[event.fabric], dets, _, _ = self.apply_topology(
                 self.fabrics.get(event.fabric), event)
             out += dets
+        elif isinstance(event, SmEvent):
+            self.sms[event.fabric], dets, _, _ = self.apply_sm(self.sms.get(event.fabric),
+                                                               event)
+            out += dets
         return out
 
     def feed_flap(self, event: PortEvent | CounterDowns | Excuse) -> list[Detection]:
@@ -202,6 +210,13 @@ class Engine:
                        ) -> tuple[dict[str, Any], list[Detection], list[CounterDowns], bool]:
         def run(st: Any) -> tuple[Any, list[Detection], list[CounterDowns]]:
             new, dets = step_topology(st, event, self.policy, self.context.expectation)
+            return new, dets, []
+        return once(value, event.id, run)
+
+    def apply_sm(self, value: dict[str, Any] | None, event: SmEvent
+                 ) -> tuple[dict[str, Any], list[Detection], list[CounterDowns], bool]:
+        def run(st: Any) -> tuple[Any, list[Detection], list[CounterDowns]]:
+            new, dets = sm.step(st, event, self.policy)
             return new, dets, []
         return once(value, event.id, run)
 

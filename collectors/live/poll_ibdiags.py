@@ -18,6 +18,12 @@ publishes its ``counters`` for the devices that are not polled switches, so an H
 with errors past ibqueryerrors' thresholds is seen too (counters below them stay null, as
 ibqueryerrors does not print them). ``hcas=False`` turns that off.
 
+The subnet manager: each round also runs ``sminfo`` (the master SM's GUID, priority and
+state) and ``saquery -s`` (the SM-capable ports: the standbys) and publishes their
+``sm_event``s on ``fabric.sm``, where the SM detector tells a master change
+(``sm_failover``) and a lost standby (``sm_standby_lost``). A tool that fails is named in
+``PollReport.sm_failed`` and sends nothing (``sm=False`` turns both off).
+
 Both perfquery outputs go through one ``parse_perfquery`` call: blocks of the same port merge and the
 extended block, read last, wins where it has a value, so each counter is reported at the
 widest register the switch offers, with its width in ``counter_bits``. A switch that times out
@@ -41,7 +47,12 @@ from typing import Any, Protocol
 
 from collectors.common import stable_id
 from collectors.errors import ParseError
-from collectors.ibdiags import parse_ibqueryerrors, parse_perfquery
+from collectors.ibdiags import (
+    parse_ibqueryerrors,
+    parse_perfquery,
+    parse_saquery_sms,
+    parse_sminfo,
+)
 from collectors.ibnetdiscover import parse_ibnetdiscover
 from collectors.live.tools import ToolError, ToolRunner, check_lid, port_list
 from schemas import Counters, PortSample, Topology
@@ -67,6 +78,7 @@ class PollConfig:
     concurrency: int = 8
     extended: bool = True  # also perfquery -x
     hcas: bool = True  # one fabric-wide ibqueryerrors per round for the host ports
+    sm: bool = True  # sminfo and saquery -s per round: the master SM and its standbys
 
     def __post_init__(self) -> None:
         if self.concurrency < 1 or self.sample_interval_s <= 0 or self.discover_interval_s <= 0:
@@ -88,6 +100,7 @@ class PollReport:
     published: list[str] = field(default_factory=list)  # devices
     failed: dict[str, str] = field(default_factory=dict)  # device -> reason
     partial: dict[str, str] = field(default_factory=dict)  # published, but not all of it
+    sm_failed: dict[str, str] = field(default_factory=dict)  # sminfo / saquery -> why not
     elapsed_s: float = 0.0
 
 
@@ -215,6 +228,23 @@ class IbdiagsPoller:
             await self.publisher.send_many(hosts)
             report.published += [e.device for e in hosts]
 
+    async def read_sm(self, report: PollReport) -> None:
+        """``sminfo`` (the master SM) and ``saquery -s`` (its standbys) -> ``fabric.sm``.
+
+        A tool that fails or answers what is not its output is named in
+        ``report.sm_failed`` and publishes nothing: no answer is not "no standby"."""
+        local = self.runner.local_args()
+        for name, argv, parse in (
+                ("sminfo", ["sminfo", *local], parse_sminfo),
+                ("saquery", ["saquery", *local, "-s"], parse_saquery_sms)):
+            try:
+                text = await self.runner.check(argv, self.config.timeout_s)
+                event = parse(text, fabric=self.config.fabric, ts=self._now_ms())
+            except (ToolError, ParseError) as exc:
+                report.sm_failed[name] = str(exc)[:500]
+                continue
+            await self.publisher.send(event)
+
     async def sample(self, targets: Sequence[SwitchTarget] | None = None) -> PollReport:
         started = time.monotonic()
         report = PollReport(ts=self._now_ms())
@@ -222,6 +252,8 @@ class IbdiagsPoller:
         jobs = [self._one(t, report) for t in chosen]
         if self.config.hcas:
             jobs.append(self.read_hcas(report, {t.device for t in chosen}))
+        if self.config.sm:
+            jobs.append(self.read_sm(report))
         await asyncio.gather(*jobs)
         await self.publisher.flush()
         report.elapsed_s = time.monotonic() - started

@@ -1,4 +1,6 @@
-"""``fabricwatch tail opensm PATH``: follow opensm's log and publish ``port_event``s.
+"""``fabricwatch tail opensm PATH``: follow opensm's log and publish ``port_event``s, and the
+SM's own events (heavy sweeps with their trigger and ports, its state, trap storms) on
+``fabric.sm`` (``collectors.smlog``).
 
 Following. ``LogFollower`` reads complete lines only (a half-written last line waits for its
 newline) and keeps its place as (device, inode, offset) in a JSON file in the state folder,
@@ -54,8 +56,8 @@ from collectors.errors import ParseError
 from collectors.ibdiags import parse_iblinkinfo
 from collectors.lidmap import LidMap
 from collectors.live.tools import ToolError, ToolRunner
-from collectors.smlog import parse_opensm_log, zone
-from schemas import PortEvent
+from collectors.smlog import OpensmState, parse_opensm_log, zone
+from schemas import PortEvent, SmEvent
 
 log = logging.getLogger(__name__)
 
@@ -317,6 +319,9 @@ class OpensmTail:
         self.clock = clock
         self.stats = TailStats()
         self._ports: dict[tuple[str, int], str] | None = None
+        # The SM's own events (heavy sweeps, state, trap storms) span batches: a sweep
+        # begins in one read and ends (SUBNET UP) in a later one, so their parse keeps state.
+        self._sm_state = OpensmState(year=datetime.fromtimestamp(clock(), UTC).year)
 
     def _line_ts(self, m: re.Match[str]) -> int:
         mon, day, hh, mm, ss, usec = m.groups()[:6]
@@ -428,6 +433,16 @@ class OpensmTail:
             self.stats.unresolved += 1  # changed and changed back before the scan
         return events
 
+    def sm_events(self, text: str) -> list[SmEvent]:
+        """The SM's own events in a batch (``fabric.sm``), the sweep under way kept between."""
+        try:
+            result = parse_opensm_log(text, fabric=self.fabric, tz=self.tz,
+                                      year=self._sm_state.year, lids=self.lids(),
+                                      state=self._sm_state)
+        except ParseError:
+            return []
+        return result.sm_events
+
     async def process(self, lines: list[str]) -> list[PortEvent]:
         """Events for a batch of complete lines (published by ``step``)."""
         self.stats.lines += len(lines)
@@ -475,7 +490,11 @@ class OpensmTail:
         self.follower.lost.clear()
         if not lines:
             return 0
-        events = await self.process(lines)
+        events: list[PortEvent | SmEvent] = [*await self.process(lines)]
+        # the ports the traps were for: the ports of the sweep they forced
+        self._sm_state.sweep_ports += [e.key for e in events if isinstance(e, PortEvent)
+                                       and e.key not in self._sm_state.sweep_ports]
+        events += self.sm_events("\n".join(lines))
         if events:
             await self.publisher.send_many(events)
             await self.publisher.flush()

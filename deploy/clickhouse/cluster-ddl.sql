@@ -854,3 +854,53 @@ TTL toDateTime(ts) + INTERVAL 400 DAY;
 
 CREATE TABLE IF NOT EXISTS probe_baselines ON CLUSTER '{cluster}' AS probe_baselines_local
 ENGINE = Distributed('{cluster}', currentDatabase(), probe_baselines_local, cityHash64(fabric, rail));
+
+-- migration 011_sm_sweeps
+CREATE TABLE IF NOT EXISTS sm_events_local ON CLUSTER '{cluster}'
+(
+    id       String,
+    ts       DateTime64(3, 'UTC'),
+    fabric   LowCardinality(String),
+    source   LowCardinality(String),
+    event    LowCardinality(String),
+    sm       String,
+    state    Nullable(String),
+    priority Nullable(UInt8),
+    sms      Array(String),
+    trap     Nullable(UInt32),
+    count    Nullable(UInt32),
+    device   Nullable(String),
+    port     Nullable(UInt16),
+    disabled UInt8,
+    trigger  Nullable(String),
+    ports    Array(String)
+)
+ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/{database}/sm_events_local', '{replica}')
+PARTITION BY toYYYYMM(ts)
+ORDER BY (fabric, event, ts, id)
+TTL toDateTime(ts) + INTERVAL 400 DAY;
+
+CREATE TABLE IF NOT EXISTS sm_events ON CLUSTER '{cluster}' AS sm_events_local
+ENGINE = Distributed('{cluster}', currentDatabase(), sm_events_local, cityHash64(fabric, device));
+
+CREATE TABLE IF NOT EXISTS sm_sweeps_local ON CLUSTER '{cluster}'
+(
+    id          String,
+    ts          DateTime64(3, 'UTC'),
+    fabric      LowCardinality(String),
+    source      LowCardinality(String),
+    sm          String,
+    start       Nullable(DateTime64(3, 'UTC')),
+    end         DateTime64(3, 'UTC'),
+    duration_ms Nullable(UInt32),
+    trigger     Nullable(String),
+    ports       Array(String),
+    devices     Array(String)
+)
+ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/{database}/sm_sweeps_local', '{replica}')
+PARTITION BY toYYYYMM(ts)
+ORDER BY (fabric, end, id)
+TTL toDateTime(ts) + INTERVAL 400 DAY;
+
+CREATE TABLE IF NOT EXISTS sm_sweeps ON CLUSTER '{cluster}' AS sm_sweeps_local
+ENGINE = Distributed('{cluster}', currentDatabase(), sm_sweeps_local, cityHash64(fabric));

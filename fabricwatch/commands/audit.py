@@ -33,9 +33,10 @@ if TYPE_CHECKING:
 
 _FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
 _PATH = click.Path(exists=True, path_type=Path)
-# A hypothetical ledger table of measured sweeps; absent today, so the lookup degrades to None.
-RESWEEP_SQL = ("SELECT max(duration_ms) / 1000 AS resweep_s FROM sm_sweeps "
-               "WHERE fabric = {fabric:String}")
+# The longest measured heavy sweep (sql/migrations/011_sm_sweeps.sql: one row per sweep,
+# duration NULL where its start was not seen; max ignores those).
+RESWEEP_SQL = ("SELECT max(duration_ms) / 1000 AS resweep_s FROM sm_sweeps FINAL "
+               "WHERE fabric = {fabric:String} AND duration_ms IS NOT NULL")
 
 
 def resweep_from_ledger(settings: Settings) -> float | None:

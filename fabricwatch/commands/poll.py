@@ -31,6 +31,7 @@ def _report(rep: PollReport) -> None:
                     elapsed_s=rep.elapsed_s)
     click.echo(json.dumps({"ts": rep.ts, "published": sorted(rep.published),
                            "failed": rep.failed, "partial": rep.partial,
+                           "sm_failed": rep.sm_failed,
                            "elapsed_s": round(rep.elapsed_s, 3)}))
 
 

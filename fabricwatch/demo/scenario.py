@@ -127,6 +127,13 @@ def build_scenario(preset: str, *, short: bool = False, fabric_name: str | None 
         Expectation("spine reboot", ib, f"spine_reboot:{spine},at={at(240)},for={at(40)}",
                     "switch_reboot", frozenset(), devices=spine_peers | {spine},
                     after_s=240 * scale, incident_root=spine),
+        # the subnet manager: its standby takes over (and none is left), and one port's
+        # traps force heavy sweep after heavy sweep; both are one SM incident, no runbook
+        Expectation("SM failover", ib, f"sm_failover:sm-2,at={at(100)}", "sm_failover",
+                    frozenset(), devices=frozenset({"sm-2"}), after_s=100 * scale),
+        Expectation("heavy-sweep storm", ib,
+                    f"sweep_storm:{leaf(2, 2)}:2,count=6,every={at(4)},at={at(60)}",
+                    "sweep_storm", _ends(links, leaf(2, 2), 2), after_s=60 * scale),
         Expectation("RoCE pause storm", roce, f"pause_storm:node0003/mlx5_0:1,at={at(30)}",
                     "pause_storm", frozenset({"node0003/mlx5_0:1", "leaf-su01-r0:3"})),
         # PDR's limit: a module past 70 °C

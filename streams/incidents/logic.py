@@ -21,9 +21,11 @@ Causes recognised (``schemas.policy.Incidents`` holds every threshold):
   ``opensm`` or ``ufm``: the log follower, UFM's events). Downs it reported on at least
   ``sm_min_links`` links of at least ``sm_min_devices`` devices within ``spread``, with no
   one device on more than half of them, are one SM event (a heavy sweep that drops ports
-  across the fabric, a failover). Root: the reporting SM (``opensm`` / ``ufm``). A master-SM
-  change or an SM-reported subnet error that comes without port downs is not seen: the
-  contract has no event for it (``sminfo`` output is not collected).
+  across the fabric, a failover). Root: the reporting SM (``opensm`` / ``ufm``). The SM
+  detector's ``sm_failover`` and ``sweep_storm`` (``streams.sm``, from ``fabric.sm``) open
+  one too, or join the SM's open one: the ports whose traps forced the sweeps are its
+  members (not excused: a flapping port causes the storm), and the SM's downs that follow
+  join it as above. Such an incident closes ``settle`` after its last change.
 
 An incident is published when it opens, when its members change and when it closes; its
 members are the port keys of both ends of every link of the root that went down while it
@@ -61,6 +63,8 @@ from streams.flap.logic import DISABLED, Excuse
 
 # Sources that are the subnet manager's own view of the fabric.
 SM_SOURCES = frozenset({"opensm", "ufm"})
+# The SM detector's detections (streams.sm) that are an SM event for the whole fabric.
+SM_INCIDENT_KINDS = frozenset({"sm_failover", "sweep_storm"})
 # Closed incidents kept to annotate late detections (ts inside them).
 KEEP_CLOSED = 16
 WINDOW_KEEP_MS = 86_400_000  # an ended window is forgotten a day after its end
@@ -183,6 +187,9 @@ def step(state: dict[str, Any] | None, index: dict[str, Any] | None, event: Corr
     elif isinstance(event, ActionRecord):
         _action(st, idx, event, round(cfg.self_grace * 1000), out)
     elif isinstance(event, Detection):
+        if event.detection.value in SM_INCIDENT_KINDS and event.incident is None \
+                and event.maintenance is None:
+            event = _sm_detection(st, event, su_of, out)
         det = annotate(st, idx, event, su_of)
         if not raced_its_excuse(st, det):
             out.detections.append(det)
@@ -319,6 +326,44 @@ def _sm_down(st: dict[str, Any], idx: dict[str, Any], link: str, ends: list[str]
     st["sm_recent"] = {}
 
 
+def _sm_detection(st: dict[str, Any], det: Detection, su_of: Callable[[str], str | None],
+                  out: Outputs) -> Detection:
+    """An SM failover or sweep storm (streams.sm) opens an ``sm_event`` incident, or joins
+    the one open for that SM: the ports whose traps forced the sweeps become members, so
+    their own detections carry the incident and page once, as one. They are not excused
+    (a flapping port is the storm's cause, and its flaps still count)."""
+    root = str(det.evidence.get("reported_by") or det.source)
+    ports = [p for p in det.evidence.get("ports") or [] if isinstance(p, str) and ":" in p]
+    held = next((inc for inc in st["open"].values()
+                 if inc["cause"] == IncidentCause.SM_EVENT.value and inc["root"] == root
+                 and inc["fabric"] == det.fabric), None)
+    if held is not None:
+        held["last_change"] = max(held["last_change"], det.ts)
+        kinds = held["evidence"].setdefault("detections", [])
+        if det.id not in kinds:
+            kinds.append(det.id)
+        new = sorted(set(ports) - set(held["members"]))
+        if new:
+            held["members"] = sorted({*held["members"], *new})
+        held["rev"] += 1
+        out.incidents.append(_message(held, "update", det.ts))
+        return det.model_copy(update={"incident": held["incident"]})
+    started = det.ts
+    evidence: dict[str, Any] = {"detection": det.detection.value, "sm": det.device,
+                                "detections": [det.id], "links_down": 0, "devices": 0,
+                                "spread_ms": 0}
+    for name in ("from", "to", "sweeps", "window_s", "triggers", "max_duration_ms"):
+        if name in det.evidence:
+            evidence[name] = det.evidence[name]
+    iid = f"inc/{IncidentCause.SM_EVENT.value}/{root}/{started}"
+    inc = {"incident": iid, "cause": IncidentCause.SM_EVENT.value, "root": root,
+           "fabric": det.fabric, "su": None, "started": started, "last_change": det.ts,
+           "links": {}, "members": sorted(set(ports)), "rev": 0, "evidence": evidence}
+    st["open"][iid] = inc
+    out.incidents.append(_message(inc, "open", det.ts))
+    return det.model_copy(update={"incident": iid})
+
+
 def _enough(kind: str, root: str, downs: int, idx: dict[str, Any], policy: Policy) -> bool:
     cfg = policy.fabric_health.incidents
     if kind == "switch":
@@ -387,6 +432,12 @@ def _message(inc: dict[str, Any], state: str, ts: int) -> Incident:
 
 def _reason(inc: dict[str, Any]) -> str:
     ev = inc["evidence"]
+    if inc["cause"] == IncidentCause.SM_EVENT.value and "detection" in ev:
+        what = {"sm_failover": f"master SM changed from {ev.get('from')} to {ev.get('to')}",
+                "sweep_storm": f"{ev.get('sweeps')} heavy sweeps within "
+                               f"{ev.get('window_s')} s"}.get(ev["detection"], ev["detection"])
+        extra = f", {len(inc['members'])} ports triggered them" if inc["members"] else ""
+        return f"SM event: {inc['root']}: {what}{extra}"
     if inc["cause"] == IncidentCause.SM_EVENT.value:
         return (f"SM event: {inc['root']} reported {ev['links_down']} links of "
                 f"{ev['devices']} devices down within {ev['spread_ms'] / 1000:.1f} s")

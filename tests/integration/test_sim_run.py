@@ -23,7 +23,8 @@ from sim.topology import Params, generate
 pytestmark = pytest.mark.integration
 
 FABRICWATCH = Path(sys.executable).parent / "fabricwatch"
-TOPICS = ["fabric.counters", "fabric.port-events", "fabric.probes", "fabric.topology"]
+TOPICS = ["fabric.counters", "fabric.port-events", "fabric.probes", "fabric.topology",
+          "fabric.sm"]
 
 
 async def _ends(bootstrap: str) -> dict[Any, int]:
@@ -82,7 +83,8 @@ async def test_sim_run_publishes_to_the_broker(kafka_bootstrap: str, tmp_path: P
     for topic, key, event in events:
         assert key == message_key(event).encode()
         assert topic == {"counters": "fabric.counters", "port_event": "fabric.port-events",
-                         "probe": "fabric.probes", "topology": "fabric.topology"}[event.kind]
+                         "probe": "fabric.probes", "topology": "fabric.topology",
+                         "sm_event": "fabric.sm"}[event.kind]
     counters = [e for _, _, e in events if isinstance(e, Counters)]
     assert len(counters) == 3 * len(fab.devices())
     downs = [e for _, _, e in events if isinstance(e, PortEvent) and e.state == "down"]

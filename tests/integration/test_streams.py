@@ -165,6 +165,8 @@ def rename(raw: bytes, tag: str) -> tuple[str, bytes, bytes]:
         topic, key = "fabric.counters", obj["device"]
     elif kind == "probe":
         topic, key = "fabric.probes", str(obj["rail"])
+    elif kind == "sm_event":
+        topic, key = "fabric.sm", obj["fabric"]
     else:
         topic, key = "fabric.topology", obj["fabric"]
     return topic, key.encode(), orjson.dumps(obj)

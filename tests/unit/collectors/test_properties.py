@@ -33,6 +33,8 @@ SEEDS: dict[str, str] = {
     "ibqueryerrors": "ibqueryerrors/ibsim-injected-errors-report-port.txt",
     "iblinkinfo": "iblinkinfo/ibsim-ndr-fattree-line-mode-first120.txt",
     "opensm": "opensm/ibsim-default-level-traps-128.log",
+    "sminfo": "sminfo/ibsim-master.txt",
+    "saquery-sm": "saquery/ibsim-issm-ports.txt",
     "ufm-telemetry": "ufm/telemetry-fluentd-small-message.json",
     "ibstat": "ibstat/h100-ndr-ib-and-roce-some-down.txt",
     "ibstatus": "ibstatus/a100-hdr-hex-lids.txt",

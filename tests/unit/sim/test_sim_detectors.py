@@ -48,6 +48,10 @@ def _detections(fabric_name: str, spec: str | None, steps: int) -> set[tuple[str
     ("lab", "optic_power:leaf-su01-r2:1,at=20s", 4, ("optic_power", "leaf-su01-r2:1")),
     ("lab", "hot_uplink:leaf-su01-r0:6", 14, ("hot_uplink", "leaf-su01-r0:6")),
     ("lab", "hot_uplink:leaf-su01-r0:6", 14, ("congestion", "leaf-su01-r0:6")),
+    ("lab", "sm_failover:sm-2,at=30s", 5, ("sm_failover", "sm-2:0")),
+    ("lab", "sm_failover:sm-2,at=30s", 5, ("sm_standby_lost", "sm-2:0")),
+    ("lab", "sweep_storm:leaf-su01-r2:2,count=6,every=5s,at=20s", 8,
+     ("sweep_storm", "sm-1:0")),
 ])
 def test_fault_is_detected(fabric: str, spec: str, steps: int,
                            expected: tuple[str, str]) -> None:
@@ -86,3 +90,18 @@ def test_ecn_misconfig_is_the_switchs() -> None:
     found = _detections("roce", "ecn_misconfig:leaf-su01-r1", 8)
     ecn = {port for kind, port in found if kind == "ecn_pfc_misconfig"}
     assert len(ecn) == 1 and next(iter(ecn)).startswith("leaf-su01-r1:")
+
+
+def test_sweep_storm_names_its_port_and_is_one_sm_incident() -> None:
+    s = Simulator(LAB, faults=[parse_spec("sweep_storm:leaf-su01-r2:2,count=6,every=5s,at=20s")],
+                  start_ms=START, probe_every=0, topology_every=0)
+    lines = [m.value for _ in range(8) for m in s.step().messages]
+    from schemas import Detection, Incident
+    from streams.replay import replay_all
+
+    out = list(replay_all(lines, Policy()))
+    [storm] = [d for d in out if isinstance(d, Detection) and d.detection.value == "sweep_storm"]
+    assert storm.evidence["ports"] == ["leaf-su01-r2:2"]
+    [opened] = [i for i in out if isinstance(i, Incident) and i.state == "open"]
+    assert opened.cause.value == "sm_event" and opened.members == ["leaf-su01-r2:2"]
+    assert storm.incident == opened.incident
