@@ -1,0 +1,3 @@
+-- 011: reserved for the subnet manager's sweeps and events, which take this number. No
+-- statements here: the file keeps the versions 1..N without a gap until that migration
+-- replaces it.
