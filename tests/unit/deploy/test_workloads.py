@@ -257,3 +257,40 @@ def test_the_runbook_role_can_replace_nodes_and_nothing_more() -> None:
     role = one(docs, "ClusterRole", "fabricwatch-runbooks-nodes")
     assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"],
                               "verbs": ["get", "list", "update"]}]
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_stream_worker_reads_the_plan_of_the_configuration(overlay: str) -> None:
+    """The cable plan is part of the deployment's configuration: the stream worker has
+    FABRICWATCH_PLAN_PATH pointing into the config component's plan ConfigMap, mounted."""
+    from streams.topology.plan import load_plan
+
+    docs = build(overlay)
+    streams = one(docs, "StatefulSet", "fabricwatch-streams")
+    spec = streams["spec"]["template"]["spec"]
+    [worker] = [c for c in spec["containers"] if c["name"] == "worker"]
+    [path] = [e["value"] for e in worker["env"] if e["name"] == "FABRICWATCH_PLAN_PATH"]
+    folder, name = path.rsplit("/", 1)
+    [mount] = [m for m in worker["volumeMounts"] if m["mountPath"] == folder]
+    assert mount.get("readOnly") is True
+    [volume] = [v for v in spec["volumes"] if v["name"] == mount["name"]]
+    [plan_map] = [d for d in find(docs, "ConfigMap")
+                  if d["metadata"]["name"] == volume["configMap"]["name"]
+                  and d["metadata"].get("namespace") == streams["metadata"].get("namespace")]
+    assert plan_map["metadata"]["name"].startswith("fabricwatch-plan-")
+    assert load_plan(plan_map["data"][name]).columns[:4] == (
+        "a_device", "a_port", "b_device", "b_port")
+    # the settings take the path the manifest gives
+    assert str(Settings(plan_path=path).plan_path) == path
+
+
+def test_a_plan_that_lists_no_cable_stops_the_stream_worker(tmp_path: Path) -> None:
+    # the shipped placeholder: checks against it would pass with nothing checked
+    from streams.app import StreamsApp
+    from streams.topology.plan import PlanError
+
+    plan = tmp_path / "plan.csv"
+    plan.write_text((DEPLOY / "k8s" / "components" / "config" / "plan.csv").read_text())
+    settings = Settings(plan_path=plan, state_dir=tmp_path / "state")
+    with pytest.raises(PlanError, match="lists no cable"):
+        StreamsApp(settings, Policy())
