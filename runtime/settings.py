@@ -42,6 +42,10 @@ class TemporalSettings(_Frozen):
     ui_port: int = 18233
     namespace: str = "default"
     task_queue: str = "fabricwatch-runbooks"
+    # Where the runbooks' evidence activity runs: the fabric agent's evidence worker, on the
+    # host with umad, infiniband-diags and MFT (`fabricwatch evidence-worker`). None: on the
+    # runbook workers' own queue, as on one host.
+    evidence_task_queue: str | None = None
     address: str | None = None  # an external cluster; overrides host:port
 
     @property
