@@ -12,4 +12,4 @@ INSERT INTO schema_migrations (version, name, checksum) VALUES
     (9, 'incidents', '221fd71413f19912'),
     (10, 'probe_baselines', '118143dc9a6b3bf4'),
     (11, 'reserved', '2440d5a72035db07'),
-    (12, 'counters_late_and_later_fields', 'eddba0a3b20e658c');
+    (12, 'counters_late_and_later_fields', '96c355c96fa26afe');

@@ -5,9 +5,9 @@
 -- event-time order (ledger.base.sample_generations: one sample per port per insert, oldest
 -- first). So a sample that arrives at most that late, or out of order within it, takes its
 -- place in the port's chain: its delta is against the sample before it in event time, and
--- the next one's against it. mv_counter_deltas still drops a sample at or before the
--- port's last stored one (a replay, or a sample later than the bound), so counter_samples
--- and counter_hourly see each (port, ts) once.
+-- the next one's against it. A sample at or before the port's last stored one (a replay,
+-- or a sample later than the bound) still never reaches counter_samples
+-- (mv_counter_samples), so counter_samples and counter_hourly see each (port, ts) once.
 --
 -- A sample later than the bound (older than the port's last stored sample when it reaches
 -- the engine) is not lost: mv_counter_late keeps it in counter_late with the port's last ts
@@ -58,11 +58,84 @@ ALTER TABLE counter_hourly ADD COLUMN IF NOT EXISTS d_port_xmit_data SimpleAggre
     ADD COLUMN IF NOT EXISTS d_port_rcv_pkts SimpleAggregateFunction(sum, UInt64),
     ADD COLUMN IF NOT EXISTS d_phy_link_down SimpleAggregateFunction(sum, UInt64);
 
+-- Each inserted block is joined with counter_last once: the rows with their deltas and the
+-- port's last stored ts go to counter_delta_stage (engine Null: it stores nothing), from
+-- which one view keeps the new samples (counter_samples) and another the late ones
+-- (counter_late). A sample at the port's last ts is a replay and goes to neither.
+CREATE TABLE IF NOT EXISTS counter_delta_stage
+(
+    id          String,
+    ts          DateTime64(3, 'UTC'),
+    last_ts     DateTime64(3, 'UTC'),
+    fabric      LowCardinality(String),
+    source      LowCardinality(String),
+    device      LowCardinality(String),
+    port        UInt16,
+    symbol_errors               Nullable(UInt64),
+    link_error_recovery         Nullable(UInt64),
+    link_downed                 Nullable(UInt64),
+    rcv_errors                  Nullable(UInt64),
+    rcv_remote_phys_errors      Nullable(UInt64),
+    xmit_discards               Nullable(UInt64),
+    xmit_wait                   Nullable(UInt64),
+    local_link_integrity_errors Nullable(UInt64),
+    excessive_buffer_overrun    Nullable(UInt64),
+    fec_corrected               Nullable(UInt64),
+    fec_uncorrectable           Nullable(UInt64),
+    pfc_pause_rx                Nullable(UInt64),
+    pfc_pause_tx                Nullable(UInt64),
+    ecn_marked                  Nullable(UInt64),
+    cnp_sent                    Nullable(UInt64),
+    cnp_handled                 Nullable(UInt64),
+    out_of_sequence             Nullable(UInt64),
+    local_ack_timeout_err       Nullable(UInt64),
+    rx_discards_phy             Nullable(UInt64),
+    port_xmit_data              Nullable(UInt64),
+    port_rcv_data               Nullable(UInt64),
+    port_xmit_pkts              Nullable(UInt64),
+    port_rcv_pkts               Nullable(UInt64),
+    phy_link_down               Nullable(UInt64),
+    raw_ber       Nullable(Float64),
+    effective_ber Nullable(Float64),
+    module_temp_c Nullable(Float32),
+    rx_power_dbm  Nullable(Float32),
+    width         LowCardinality(Nullable(String)),
+    speed         LowCardinality(Nullable(String)),
+    optic_serial  Nullable(String),
+    interval_ms   UInt32,
+    reset_mask    UInt32,
+    d_symbol_errors               UInt64,
+    d_link_error_recovery         UInt64,
+    d_link_downed                 UInt64,
+    d_rcv_errors                  UInt64,
+    d_rcv_remote_phys_errors      UInt64,
+    d_xmit_discards               UInt64,
+    d_xmit_wait                   UInt64,
+    d_local_link_integrity_errors UInt64,
+    d_excessive_buffer_overrun    UInt64,
+    d_fec_corrected               UInt64,
+    d_fec_uncorrectable           UInt64,
+    d_pfc_pause_rx                UInt64,
+    d_pfc_pause_tx                UInt64,
+    d_ecn_marked                  UInt64,
+    d_cnp_sent                    UInt64,
+    d_cnp_handled                 UInt64,
+    d_out_of_sequence             UInt64,
+    d_local_ack_timeout_err       UInt64,
+    d_rx_discards_phy             UInt64,
+    d_port_xmit_data              UInt64,
+    d_port_rcv_data               UInt64,
+    d_port_xmit_pkts              UInt64,
+    d_port_rcv_pkts               UInt64,
+    d_phy_link_down               UInt64
+)
+ENGINE = Null;
+
 DROP VIEW IF EXISTS mv_counter_deltas;
 
-CREATE MATERIALIZED VIEW IF NOT EXISTS mv_counter_deltas TO counter_samples AS
-SELECT b.id AS id, b.ts AS ts, b.fabric AS fabric, b.source AS source, b.device AS device,
-       b.port AS port,
+CREATE MATERIALIZED VIEW IF NOT EXISTS mv_counter_deltas TO counter_delta_stage AS
+SELECT b.id AS id, b.ts AS ts, l.ts AS last_ts, b.fabric AS fabric, b.source AS source,
+       b.device AS device, b.port AS port,
        b.symbol_errors AS symbol_errors,
        b.link_error_recovery AS link_error_recovery,
        b.link_downed AS link_downed,
@@ -149,8 +222,14 @@ LEFT JOIN
 (
     SELECT fabric, device, port, ts, symbol_errors, link_error_recovery, link_downed, rcv_errors, rcv_remote_phys_errors, xmit_discards, xmit_wait, local_link_integrity_errors, excessive_buffer_overrun, fec_corrected, fec_uncorrectable, pfc_pause_rx, pfc_pause_tx, ecn_marked, cnp_sent, cnp_handled, out_of_sequence, local_ack_timeout_err, rx_discards_phy, port_xmit_data, port_rcv_data, port_xmit_pkts, port_rcv_pkts, phy_link_down
     FROM counter_last FINAL
-) AS l ON b.fabric = l.fabric AND b.device = l.device AND b.port = l.port
-WHERE b.ts > l.ts;
+) AS l ON b.fabric = l.fabric AND b.device = l.device AND b.port = l.port;
+
+CREATE MATERIALIZED VIEW IF NOT EXISTS mv_counter_samples TO counter_samples AS
+SELECT id, ts, fabric, source, device, port, symbol_errors, link_error_recovery, link_downed, rcv_errors, rcv_remote_phys_errors, xmit_discards, xmit_wait, local_link_integrity_errors, excessive_buffer_overrun, fec_corrected, fec_uncorrectable, pfc_pause_rx, pfc_pause_tx, ecn_marked, cnp_sent, cnp_handled, out_of_sequence, local_ack_timeout_err, rx_discards_phy, port_xmit_data, port_rcv_data, port_xmit_pkts, port_rcv_pkts, phy_link_down,
+       raw_ber, effective_ber, module_temp_c, rx_power_dbm, width, speed, optic_serial, interval_ms, reset_mask,
+       d_symbol_errors, d_link_error_recovery, d_link_downed, d_rcv_errors, d_rcv_remote_phys_errors, d_xmit_discards, d_xmit_wait, d_local_link_integrity_errors, d_excessive_buffer_overrun, d_fec_corrected, d_fec_uncorrectable, d_pfc_pause_rx, d_pfc_pause_tx, d_ecn_marked, d_cnp_sent, d_cnp_handled, d_out_of_sequence, d_local_ack_timeout_err, d_rx_discards_phy, d_port_xmit_data, d_port_rcv_data, d_port_xmit_pkts, d_port_rcv_pkts, d_phy_link_down
+FROM counter_delta_stage
+WHERE ts > last_ts;
 
 DROP VIEW IF EXISTS mv_counter_last;
 
@@ -250,15 +329,10 @@ TTL toDateTime(ts) + INTERVAL ${raw_counter_retention_days} DAY
 SETTINGS ttl_only_drop_parts = 1;
 
 CREATE MATERIALIZED VIEW IF NOT EXISTS mv_counter_late TO counter_late AS
-SELECT b.id AS id, b.ts AS ts, b.fabric AS fabric, b.source AS source, b.device AS device,
-       b.port AS port, l.ts AS last_ts, now64(3, 'UTC') AS recorded,
-       b.symbol_errors AS symbol_errors, b.link_error_recovery AS link_error_recovery, b.link_downed AS link_downed, b.rcv_errors AS rcv_errors, b.rcv_remote_phys_errors AS rcv_remote_phys_errors, b.xmit_discards AS xmit_discards, b.xmit_wait AS xmit_wait, b.local_link_integrity_errors AS local_link_integrity_errors, b.excessive_buffer_overrun AS excessive_buffer_overrun, b.fec_corrected AS fec_corrected, b.fec_uncorrectable AS fec_uncorrectable, b.pfc_pause_rx AS pfc_pause_rx, b.pfc_pause_tx AS pfc_pause_tx, b.ecn_marked AS ecn_marked, b.cnp_sent AS cnp_sent, b.cnp_handled AS cnp_handled, b.out_of_sequence AS out_of_sequence, b.local_ack_timeout_err AS local_ack_timeout_err, b.rx_discards_phy AS rx_discards_phy, b.port_xmit_data AS port_xmit_data, b.port_rcv_data AS port_rcv_data, b.port_xmit_pkts AS port_xmit_pkts, b.port_rcv_pkts AS port_rcv_pkts, b.phy_link_down AS phy_link_down, b.raw_ber AS raw_ber, b.effective_ber AS effective_ber, b.module_temp_c AS module_temp_c, b.rx_power_dbm AS rx_power_dbm, b.width AS width, b.speed AS speed, b.optic_serial AS optic_serial
-FROM counter_ingest AS b
-INNER JOIN
-(
-    SELECT fabric, device, port, ts FROM counter_last FINAL
-) AS l ON b.fabric = l.fabric AND b.device = l.device AND b.port = l.port
-WHERE b.ts < l.ts;
+SELECT id, ts, fabric, source, device, port, last_ts, now64(3, 'UTC') AS recorded,
+       symbol_errors, link_error_recovery, link_downed, rcv_errors, rcv_remote_phys_errors, xmit_discards, xmit_wait, local_link_integrity_errors, excessive_buffer_overrun, fec_corrected, fec_uncorrectable, pfc_pause_rx, pfc_pause_tx, ecn_marked, cnp_sent, cnp_handled, out_of_sequence, local_ack_timeout_err, rx_discards_phy, port_xmit_data, port_rcv_data, port_xmit_pkts, port_rcv_pkts, phy_link_down, raw_ber, effective_ber, module_temp_c, rx_power_dbm, width, speed, optic_serial
+FROM counter_delta_stage
+WHERE ts < last_ts;
 
 -- The late samples the deltas never took (a replay of a stored sample is left out).
 CREATE VIEW IF NOT EXISTS counter_late_samples AS
