@@ -88,7 +88,9 @@ class LedgerBase(ABC):
     def __init__(self, retention_days: int = 400, raw_counter_retention_days: int = 35) -> None:
         self.retention_days = retention_days
         self.raw_counter_retention_days = raw_counter_retention_days
-        # One write at a time: counter deltas are computed against the last stored sample.
+        # One write at a time in this process: counter deltas are computed against the last
+        # stored sample. Across processes, each device has one writer: its counters are
+        # keyed by device, so one partition and one ingest consumer (ledger.ingest).
         self._write_lock = threading.Lock()
 
     # -- backend primitives -------------------------------------------------------------
@@ -153,9 +155,9 @@ class LedgerBase(ABC):
 
         Idempotent on replay: event tables are ReplacingMergeTree keyed on the event id and
         read with FINAL (a runbook record whose id is stored already is not inserted again,
-        whatever its ``ts``: ``_new_records``); the engine drops counter samples at or
-        before a port's last stored sample before they reach the rollups
-        (005_counter_deltas.sql). Returns the number of rows handed to the engine.
+        whatever its ``ts``: ``_new_records``); a counter sample at or before a port's last
+        stored sample never reaches the rollups, and one older than it is kept in
+        ``counter_late`` (012). Returns the number of rows handed to the engine.
         """
         by_table: dict[str, list[Row]] = defaultdict(list)
         samples: list[tuple[Any, ...]] = []

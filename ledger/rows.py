@@ -20,6 +20,7 @@ import orjson
 
 from schemas import (
     COUNTER_FIELDS,
+    LATER_COUNTER_FIELDS,
     ActionRecord,
     Counters,
     DeadLetter,
@@ -38,7 +39,10 @@ from schemas.events import Event
 Row = dict[str, Any]
 TableRow = tuple[str, Row]
 
-DELTA_FIELDS: tuple[str, ...] = tuple(f"d_{name}" for name in COUNTER_FIELDS)
+# The ledger's counter columns: the contract's first counters, then the later ones
+# (migration 012). The order is the reset_mask bit order, so it only ever grows at the end.
+LEDGER_COUNTER_FIELDS: tuple[str, ...] = (*COUNTER_FIELDS, *LATER_COUNTER_FIELDS)
+DELTA_FIELDS: tuple[str, ...] = tuple(f"d_{name}" for name in LEDGER_COUNTER_FIELDS)
 _GAUGES = ("raw_ber", "effective_ber", "module_temp_c", "rx_power_dbm")
 # Extra PortSample fields a collector may carry the optic's serial number in.
 _SERIAL_KEYS = ("optic_serial", "cable_serial", "serial")
@@ -74,9 +78,9 @@ def dead_letter_id(dl: DeadLetter) -> str:
 
 # Column order of a raw counter sample on the fast insert path (JSONCompactEachRow).
 RAW_COUNTER_COLUMNS: tuple[str, ...] = (
-    "id", "ts", "fabric", "source", "device", "port", *COUNTER_FIELDS, *_GAUGES,
+    "id", "ts", "fabric", "source", "device", "port", *LEDGER_COUNTER_FIELDS, *_GAUGES,
     "width", "speed", "optic_serial")
-_counter_values = attrgetter(*COUNTER_FIELDS)
+_counter_values = attrgetter(*LEDGER_COUNTER_FIELDS)
 _rest_values = attrgetter(*_GAUGES, "width", "speed")
 
 # One port sample before deltas: (head, port, counter values, gauges+width+speed+serial)

@@ -42,6 +42,10 @@ class TemporalSettings(_Frozen):
     ui_port: int = 18233
     namespace: str = "default"
     task_queue: str = "fabricwatch-runbooks"
+    # Where the runbooks' evidence activity runs: the fabric agent's evidence worker, on the
+    # host with umad, infiniband-diags and MFT (`fabricwatch evidence-worker`). None: on the
+    # runbook workers' own queue, as on one host.
+    evidence_task_queue: str | None = None
     address: str | None = None  # an external cluster; overrides host:port
 
     @property
@@ -62,6 +66,10 @@ class LedgerSettings(_Frozen):
     http_readonly_user: str = "grafana"
     retention_days: int = 400
     raw_counter_retention_days: int = 35
+    # The ingest holds a counter sample (uncommitted in Kafka) until this long after its ts
+    # and writes what it releases in event-time order: a sample this late or out of order
+    # takes its place in the port's delta chain; a later one is kept in counter_late (012).
+    counter_lateness_s: float = Field(default=30.0, ge=0.0, le=600.0)
 
 
 class SecretsSettings(_Frozen):

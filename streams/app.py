@@ -95,7 +95,9 @@ class StreamsApp:
         # speeds against, and what the topology diff agent checks snapshots against.
         self.plan: Any = None
         if settings.plan_path is not None:
+            from streams.breaker.logic import ports_per_su
             from streams.topology.plan import (
+                PlanError,
                 expectation_from_plan,
                 load_plan_file,
                 media_from_plan,
@@ -103,10 +105,17 @@ class StreamsApp:
             )
 
             self.plan = load_plan_file(settings.plan_path)  # PlanError: the caller's exit 2
+            if not self.plan.links:  # a placeholder: checks against it would pass unseen
+                raise PlanError(f"{settings.plan_path}: the cable plan lists no cable; give "
+                                "the fabric's plan, or no FABRICWATCH_PLAN_PATH")
             if context is None:
                 context = Context(expectation=expectation_from_plan(self.plan),
                                   uplinks=uplinks_from_plan(self.plan),
-                                  media=media_from_plan(self.plan))
+                                  media=media_from_plan(self.plan),
+                                  ports_per_su=ports_per_su(
+                                      end for link in self.plan.links
+                                      for end in ((link.a_device, link.a_port),
+                                                  (link.b_device, link.b_port))))
         self.engine = Engine(policy, context)
         self.bounds = TimeBounds.from_policy(policy)
         self.datadir = Path(settings.state_dir) / "streams" / app_id / f"worker-{worker_index}"

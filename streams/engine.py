@@ -73,6 +73,7 @@ class Context:
     media: Callable[[str, int], str | None] | None = None  # the plan's cable media
     paths: probes.PathFn | None = None
     su_of: Callable[[str], str | None] = breaker.su_from_name
+    # Ports per SU from the cable plan (every worker loads it): first for the budget.
     ports_per_su: Mapping[str, int] = field(default_factory=dict)
     # (device) -> a leaf's uplink ports (its ECMP peers), for the hot-uplink rule
     uplinks: Callable[[str], frozenset[int] | None] | None = None
@@ -96,6 +97,7 @@ class Engine:
         self.correlation: dict[str, Any] = {}  # incident correlator states by fabric
         self.cabling: dict[str, Any] = {}  # their topology indexes by fabric
         self.sms: dict[str, Any] = {}  # subnet-manager states by fabric
+        self.su_ports: dict[str, dict[str, int]] = {}  # by fabric, from the cabling index
 
     def feed(self, event: Event | CounterDowns) -> list[Detection]:
         """The detections ``event`` causes (annotated with incident / maintenance)."""
@@ -113,6 +115,7 @@ class Engine:
         if isinstance(event, Topology):
             self.cabling[event.fabric] = incidents.index_topology(
                 event, self.cabling.get(event.fabric))
+            self.learn_cabling(event.fabric, self.cabling[event.fabric])
         if isinstance(event, PortEvent | Maintenance | ActionRecord):
             out += self.correlate(event)
         elif isinstance(event, Counters | Probe | Topology | CounterDowns | SmEvent):
@@ -185,6 +188,21 @@ class Engine:
         self.sus[key], dets, _, _ = self.apply_breaker(self.sus.get(key), su, event)
         return dets
 
+    def learn_cabling(self, fabric: str, index: Mapping[str, Any] | None) -> None:
+        """The SU sizes of ``fabric`` from the correlator's cabling index (its port keys)."""
+        if not index:
+            return
+        ends = (key.rsplit(":", 1) for key in index["peer"])
+        self.su_ports[fabric] = breaker.ports_per_su(
+            ((device, int(port)) for device, port in ends), self.context.su_of)
+
+    def ports_in_su(self, fabric: str, su: str) -> int:
+        """The plan's count, else the fabric's cabling's, else the default."""
+        planned = self.context.ports_per_su.get(su)
+        if planned:
+            return planned
+        return self.su_ports.get(fabric, {}).get(su) or breaker.DEFAULT_PORTS_PER_SU
+
     # The keyed steps the worker's agents call with the table's value for the key.
 
     def apply_counters(self, value: dict[str, Any] | None, event: Counters
@@ -247,8 +265,7 @@ class Engine:
                       event: Detection | ActionRecord
                       ) -> tuple[dict[str, Any], list[Detection], list[CounterDowns], bool]:
         def run(st: Any) -> tuple[Any, list[Detection], list[CounterDowns]]:
-            new, dets = breaker.step(
-                st, event, self.policy, su=su,
-                ports_in_su=self.context.ports_per_su.get(su, breaker.DEFAULT_PORTS_PER_SU))
+            new, dets = breaker.step(st, event, self.policy, su=su,
+                                     ports_in_su=self.ports_in_su(event.fabric, su))
             return new, dets, []
         return once(value, event.id, run)

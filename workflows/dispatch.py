@@ -151,7 +151,8 @@ class Dispatcher:
     def __init__(self, client: Client, policy: Policy, inventory: Inventory, *,
                  task_queue: str, timeouts: ActivityTimeouts | None = None,
                  fabric: str | None = None, ticketing: Ticketing | None = None,
-                 records: RecordSink | None = None) -> None:
+                 records: RecordSink | None = None,
+                 evidence_task_queue: str | None = None) -> None:
         # fabric: this dispatcher's only fabric (the inventory holds one fabric's topology, a
         # runbook worker acts on one fabric's controller); None takes every fabric
         self.fabric = fabric
@@ -159,6 +160,7 @@ class Dispatcher:
         self.policy = policy
         self.inventory = inventory
         self.task_queue = task_queue
+        self.evidence_task_queue = evidence_task_queue
         self.timeouts = timeouts
         self.bounds = TimeBounds.from_policy(policy)
         self.stats = DispatchStats()
@@ -175,6 +177,8 @@ class Dispatcher:
             self.policy, fabric=det.fabric, detection=str(det.detection),
             su_ports=self.inventory.su_ports(port.su), fabric_ports=self.inventory.fabric_ports(),
             timeouts=self.timeouts)
+        if self.evidence_task_queue:
+            cfg = cfg.model_copy(update={"evidence_task_queue": self.evidence_task_queue})
         return RemediationInput(port=port, peer=peer, detection=DetectionRef.from_detection(det),
                                 config=cfg)
 

@@ -286,16 +286,18 @@ async def build_activities(settings: Settings, opts: WiringOptions, stack: Async
 async def _records(settings: Settings, opts: WiringOptions, stack: AsyncExitStack
                    ) -> tuple[RecordSink, Any]:
     """The record sink, and the ledger when this process opened one."""
+    from collectors.publish import Publisher
+
+    publisher = Publisher(settings.kafka.bootstrap_servers, client_id="fabricwatch-runbooks")
+    await stack.enter_async_context(publisher)
     if opts.records == "kafka":
-        from collectors.publish import Publisher
         from workflows.adapters.records import KafkaSink
 
-        publisher = Publisher(settings.kafka.bootstrap_servers, client_id="fabricwatch-runbooks")
-        await stack.enter_async_context(publisher)
         return KafkaSink(publisher), None
     from ledger import open_ledger
     from workflows.adapters.records import LedgerSink
 
     ledger = open_ledger(settings)
     stack.callback(ledger.close)
-    return LedgerSink(ledger), ledger
+    # the breaker and the correlator read fabric.actions: the action records go there too
+    return LedgerSink(ledger, actions=publisher), ledger

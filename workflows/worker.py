@@ -23,7 +23,7 @@ from workflows.budget.activities import BudgetActivities
 from workflows.budget.workflows import IsolationBudget
 from workflows.incident.activities import IncidentActivities
 from workflows.incident.workflows import IncidentRunbook
-from workflows.remediation.activities import FabricActivities
+from workflows.remediation.activities import EvidenceActivities, FabricActivities
 from workflows.remediation.workflows import PortRemediation
 
 WORKFLOWS: tuple[type, ...] = (PortRemediation, IsolationBudget, TopologyAudit, IncidentRunbook)
@@ -91,5 +91,14 @@ async def run_worker(settings: Settings, client: Client, fabric: FabricActivitie
     if stop is None:
         await worker.run()
         return
+    async with worker:
+        await stop.wait()
+
+
+async def run_evidence_worker(client: Client, task_queue: str, evidence: EvidenceActivities,
+                              *, stop: asyncio.Event) -> None:
+    """Serve the evidence activity alone on ``task_queue`` (no workflows) until ``stop``."""
+    worker = Worker(client, task_queue=task_queue, activities=[evidence.capture_evidence],
+                    graceful_shutdown_timeout=timedelta(seconds=10))
     async with worker:
         await stop.wait()

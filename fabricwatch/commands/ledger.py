@@ -324,7 +324,8 @@ async def _ingest(ledger: LedgerBase, bootstrap: str, settings: Settings, *,
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    stats = await LedgerIngest(ledger, bootstrap, group_id=group, bounds=bounds).run(stop)
+    stats = await LedgerIngest(ledger, bootstrap, group_id=group, bounds=bounds,
+                               lateness_s=settings.ledger.counter_lateness_s).run(stop)
     click.echo(f"ingested {stats.messages:,} messages ({stats.rows:,} rows, "
                f"{stats.skipped:,} skipped)")
 

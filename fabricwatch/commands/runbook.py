@@ -618,7 +618,8 @@ async def _serve(settings: Settings, policy: Policy, inventory: Any, opts: Any, 
             from workflows.incident.dispatch import IncidentDispatcher, run_incident_consumer
 
             dispatcher = Dispatcher(client, policy, inventory, task_queue=queue,
-                                    ticketing=fabric.ticketing, records=fabric.records)
+                                    ticketing=fabric.ticketing, records=fabric.records,
+                                    evidence_task_queue=settings.temporal.evidence_task_queue)
             tasks.append(asyncio.create_task(run_dispatcher(
                 dispatcher, settings.kafka.bootstrap_servers, stop=stop)))
             # fabric.incidents -> one IncidentRunbook per incident (it pages once)
@@ -653,4 +654,52 @@ async def _serve(settings: Settings, policy: Policy, inventory: Any, opts: Any, 
                 raise task.exception()  # type: ignore[misc]
 
 
-COMMANDS: list[click.Command] = [runbook_group, runbook_worker_command]
+@click.command("evidence-worker")
+@click.option("--ca", default=None, help="The local HCA the tools use (perfquery -C).")
+@click.option("--loglevel", type=click.Choice(["debug", "info", "warning", "error"]),
+              default="info", show_default=True)
+def evidence_worker_command(ca: str | None, loglevel: str) -> None:
+    """Serve the runbooks' evidence activity on settings.temporal.evidence_task_queue.
+
+    For the host with the fabric tools and the umad device (the fabric agent): perfquery and
+    mlxlink of both ends of a cable before it is isolated, their output recorded to
+    fabric.actions for the ledger; a tool that cannot run is recorded as not captured, with
+    why. The runbook workers themselves need neither the tools nor the device.
+    """
+    settings = load_settings()
+    queue = settings.temporal.evidence_task_queue
+    if not queue:
+        raise _fail("evidence-worker serves FABRICWATCH_TEMPORAL__EVIDENCE_TASK_QUEUE: "
+                     "set it (the runbook workers' dispatcher sends the evidence there)")
+    from workflows.adapters.base import AdapterRejected
+    from workflows.adapters.tools import FabricToolsEvidence
+
+    try:
+        evidence = FabricToolsEvidence(ca=ca)
+    except AdapterRejected as exc:  # a CA name no tool argument may carry
+        raise _fail(f"--ca: {exc}") from None
+    logging.basicConfig(level=loglevel.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    asyncio.run(_serve_evidence(settings, queue, evidence))
+    _hard_exit(0)
+
+
+async def _serve_evidence(settings: Settings, queue: str, evidence: Any) -> None:
+    from collectors.publish import Publisher
+    from workflows.adapters.records import KafkaSink
+    from workflows.remediation.activities import EvidenceActivities
+    from workflows.worker import connect, run_evidence_worker
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    client = await connect(settings)
+    async with Publisher(settings.kafka.bootstrap_servers,
+                         client_id="fabricwatch-evidence") as publisher:
+        sys.stderr.write(f"evidence worker on {settings.temporal.target} queue {queue}\n")
+        await run_evidence_worker(client, queue, EvidenceActivities(
+            records=KafkaSink(publisher), evidence=evidence), stop=stop)
+
+
+COMMANDS: list[click.Command] = [runbook_group, runbook_worker_command, evidence_worker_command]

@@ -18,6 +18,10 @@ from the streams so that ``breaker_open`` is a detection operators see and the l
   per SU is the same; the port named may differ.
 * The SU of a device comes from ``su_of`` (the topology's map), else from an ``suNN``
   token in the device name (``leaf-su01-r3``); devices with no SU are not accounted.
+* Ports in an SU (``ports_per_su``): the cable plan's, when the worker has one; else the
+  cabled ports of the fabric as its topology snapshots have shown them (the correlator's
+  merged index, so a switch down at a snapshot keeps its ports); else
+  ``DEFAULT_PORTS_PER_SU``.
   Each fabric's SUs are accounted apart (``state_key``): ``su01`` of two fabrics are two SUs.
 """
 
@@ -25,7 +29,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from schemas import Action, ActionRecord, Detection, DetectionKind
@@ -40,6 +44,22 @@ PENDING_TTL_MS = 3_600_000
 def su_from_name(device: str) -> str | None:
     m = _SU.search(device)
     return m.group(1).lower() if m else None
+
+
+def ports_per_su(ends: Iterable[tuple[str, int]],
+                 su_of: Callable[[str], str | None] = su_from_name) -> dict[str, int]:
+    """How many distinct ports (device, port) of ``ends`` each SU has; ends with no SU
+    are left out (the breaker does not account them either)."""
+    seen: set[tuple[str, int]] = set()
+    out: dict[str, int] = {}
+    for device, port in ends:
+        if (device, port) in seen:
+            continue
+        seen.add((device, port))
+        su = su_of(device)
+        if su is not None:
+            out[su] = out.get(su, 0) + 1
+    return out
 
 
 def new_state() -> dict[str, Any]:

@@ -61,6 +61,7 @@ def register(sa: StreamsApp) -> None:
         if fabric not in cabling:
             stored = table.get(f"{fabric}#cabling".encode())
             cabling[fabric] = orjson.loads(stored) if stored else None
+            sa.engine.learn_cabling(fabric, cabling[fabric])  # the breaker's SU sizes
         index: dict[str, Any] | None = cabling[fabric]
         return index
 
@@ -73,6 +74,7 @@ def register(sa: StreamsApp) -> None:
                 index = logic.index_topology(topo, before)
                 if index != before:  # most snapshots change nothing: no rewrite then
                     cabling[topo.fabric] = index
+                    sa.engine.learn_cabling(topo.fabric, index)
                     table[f"{topo.fabric}#cabling".encode()] = orjson.dumps(index)
                     log.info("cabling of %s: %d ports", topo.fabric, len(index["peer"]))
             return None

@@ -165,38 +165,10 @@ class FabricActivities:
     # --- evidence ---------------------------------------------------------------------------
 
     @activity.defn(name="capture_evidence")
-    @heartbeating
     async def capture_evidence(self, inp: EvidenceInput) -> EvidenceResult:
-        activity.heartbeat("capturing")
-        ends = [inp.port] + ([inp.peer] if inp.peer is not None else [])
-        captured = []
-        try:
-            for end in ends:  # both ends of the cable, the isolated one first
-                captured += [(end, out) for out in await self.evidence.capture(end)]
-                activity.heartbeat(f"captured {end.key}")
-        except AdapterRejected as exc:
-            raise _rejected(exc) from None
-        activity.heartbeat("storing")
-        records = []
-        items = []
-        for end, out in captured:
-            digest = hashlib.sha256(out.output.encode()).hexdigest()[:12]
-            # the isolated end keeps the id it always had; the peer's names its end
-            suffix = "" if end is inp.port else f"/{end.key}"
-            records.append(EvidenceRecord(
-                id=f"{inp.workflow_id}/evidence/{inp.ts}/{out.tool}{suffix}", ts=event_ts(inp.ts),
-                fabric=end.fabric, source=SOURCE, device=end.device,
-                port=end.port, workflow_id=inp.workflow_id, tool=out.tool,
-                output=out.output, exit_code=out.exit_code))
-            lines = out.output.splitlines()
-            items.append(EvidenceItem(tool=out.tool, end=end.key, exit_code=out.exit_code,
-                                      bytes=len(out.output.encode()),
-                                      excerpt="\n".join(lines[:EXCERPT_LINES]) + (
-                                          f"\n[sha256 {digest}]" if len(lines) > EXCERPT_LINES
-                                          else "")))
-        if records:
-            await self.records.write(records)
-        return EvidenceResult(items=items)
+        # the same activity the fabric agent's evidence worker serves (EvidenceActivities)
+        evidence = EvidenceActivities(records=self.records, evidence=self.evidence)
+        return await evidence.capture_evidence(inp)
 
     # --- controller -------------------------------------------------------------------------
 
@@ -416,3 +388,47 @@ class FabricActivities:
             "approve": f"fabricwatch runbook approve {inp.workflow_id}",
             "abort": f"fabricwatch runbook abort {inp.workflow_id}"})
         return BreakerResult(detection_id=det_id, paged=True)
+
+
+class EvidenceActivities:
+    """The evidence activity alone: what a worker on the host with the fabric tools serves
+    (``fabricwatch evidence-worker`` on ``settings.temporal.evidence_task_queue``). Read-only:
+    it runs the tools and records what they printed, or that they could not run and why."""
+
+    def __init__(self, *, records: RecordSink, evidence: EvidenceSource) -> None:
+        self.records = records
+        self.evidence = evidence
+
+    @activity.defn(name="capture_evidence")
+    @heartbeating
+    async def capture_evidence(self, inp: EvidenceInput) -> EvidenceResult:
+        activity.heartbeat("capturing")
+        ends = [inp.port] + ([inp.peer] if inp.peer is not None else [])
+        captured = []
+        try:
+            for end in ends:  # both ends of the cable, the isolated one first
+                captured += [(end, out) for out in await self.evidence.capture(end)]
+                activity.heartbeat(f"captured {end.key}")
+        except AdapterRejected as exc:
+            raise _rejected(exc) from None
+        activity.heartbeat("storing")
+        records = []
+        items = []
+        for end, out in captured:
+            digest = hashlib.sha256(out.output.encode()).hexdigest()[:12]
+            # the isolated end keeps the id it always had; the peer's names its end
+            suffix = "" if end is inp.port else f"/{end.key}"
+            records.append(EvidenceRecord(
+                id=f"{inp.workflow_id}/evidence/{inp.ts}/{out.tool}{suffix}", ts=event_ts(inp.ts),
+                fabric=end.fabric, source=SOURCE, device=end.device,
+                port=end.port, workflow_id=inp.workflow_id, tool=out.tool,
+                output=out.output, exit_code=out.exit_code))
+            lines = out.output.splitlines()
+            items.append(EvidenceItem(tool=out.tool, end=end.key, exit_code=out.exit_code,
+                                      bytes=len(out.output.encode()),
+                                      excerpt="\n".join(lines[:EXCERPT_LINES]) + (
+                                          f"\n[sha256 {digest}]" if len(lines) > EXCERPT_LINES
+                                          else "")))
+        if records:
+            await self.records.write(records)
+        return EvidenceResult(items=items)

@@ -137,6 +137,9 @@ class RunbookConfig(_Model):
     repeat_human_after: int = 3
     # None: a runbook started before probation existed (its checks run with the port isolated)
     probation: ProbationConfig | None = None
+    # The task queue of the evidence activity (settings.temporal.evidence_task_queue: the
+    # fabric agent's, which has the tools and the umad device); None: the runbook's own.
+    evidence_task_queue: str | None = None
 
     @classmethod
     def from_policy(cls, policy: Policy, *, fabric: str, detection: str, su_ports: int,

@@ -514,7 +514,8 @@ class PortRemediation:
                 EvidenceInput(workflow_id=workflow.info().workflow_id, port=self._port,
                               ts=self._now_ms(), peer=self._peer if self._v2 else None),
                 start_to_close_timeout=_s(self._cfg.timeouts.evidence),
-                heartbeat_timeout=_s(self._cfg.timeouts.evidence_heartbeat), retry_policy=FEW)
+                heartbeat_timeout=_s(self._cfg.timeouts.evidence_heartbeat), retry_policy=FEW,
+                task_queue=self._cfg.evidence_task_queue)
         except ActivityError as exc:
             # Evidence is best effort: a broken tool must not keep a flapping port in service.
             await self._record("evidence", "failed", note=str(exc.cause or exc)[:500])

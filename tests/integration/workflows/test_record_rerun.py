@@ -104,3 +104,67 @@ async def test_a_rerun_through_the_broker_is_one_row(kafka_bootstrap: str,
         await task
     assert [(r["id"], r["ms"]) for r in rows(ledger, fabric)] == [
         (first.record_id, now), (record(fabric, 4, 0).record_id, now + 9_000)]
+
+
+async def test_records_to_the_ledger_reach_the_breaker_too(kafka_bootstrap: str,
+                                                          ledger: EmbeddedLedger) -> None:
+    """``--records ledger``: the record is in the ledger at once, and its copy on
+    ``fabric.actions`` is what the stream-side breaker counts the isolation from; the
+    ledger's ingest storing that copy again keeps one row."""
+    from aiokafka import AIOKafkaConsumer  # type: ignore[import-untyped]
+
+    from schemas import ActionRecord, DetectionKind, decode
+    from schemas import topics as registry
+    from schemas.policy import Policy
+    from streams.common import make_detection
+    from streams.engine import Context, Engine
+
+    fabric = f"rl{uuid.uuid4().hex[:6]}"
+    now = int(time.time() * 1000)
+    env = ActivityEnvironment()
+    async with Publisher(kafka_bootstrap) as pub:
+        acts = activities(LedgerSink(ledger, actions=pub))
+        first = record(fabric, 5, now)
+        await env.run(acts.record_action, first)
+    assert [r["id"] for r in rows(ledger, fabric)] == [first.record_id]
+
+    seen: list[ActionRecord] = []
+    consumer = AIOKafkaConsumer(registry.ACTIONS.name, bootstrap_servers=kafka_bootstrap,
+                                group_id=f"breaker-{fabric}", auto_offset_reset="earliest")
+    await consumer.start()
+    try:
+        deadline = time.monotonic() + 90
+        while not seen and time.monotonic() < deadline:
+            for messages in (await consumer.getmany(timeout_ms=500)).values():
+                for message in messages:
+                    event = decode(message.value)
+                    if isinstance(event, ActionRecord) and event.fabric == fabric:
+                        seen.append(event)
+    finally:
+        await consumer.stop()
+    assert [(r.id, r.step, r.port) for r in seen] == [(first.record_id, "isolate", 3)]
+
+    # the breaker's accounting, fed what it reads from the topic: su01 of 100 ports has a
+    # budget of one at 1%; with port 3 isolated, a request for port 4 finds it full
+    engine = Engine(Policy(), Context(ports_per_su={"su01": 100}))
+    assert engine.feed(seen[0]) == []
+    fired = engine.feed(make_detection(
+        kind=DetectionKind.FLAP, fabric=fabric, device="leaf-su01-r1", port=4, ts=now + 1000,
+        action="isolatePort", episode=f"flap/{fabric}:4", evidence={}))
+    assert [(d.detection.value, d.port, d.evidence["isolated"]) for d in fired] == [
+        ("breaker_open", 4, ["leaf-su01-r1:3"])]
+
+    ingest = LedgerIngest(ledger, kafka_bootstrap, group_id=f"g-{fabric}", poll_ms=200)
+    stop = asyncio.Event()
+    task = asyncio.create_task(ingest.run(stop))
+    try:
+        for _ in range(120):
+            if ingest.stats.by_topic.get(registry.ACTIONS.name):
+                break
+            await asyncio.sleep(0.5)
+        await asyncio.sleep(2.0)
+    finally:
+        stop.set()
+        await task
+    assert ingest.stats.by_topic.get(registry.ACTIONS.name)
+    assert [r["id"] for r in rows(ledger, fabric)] == [first.record_id]

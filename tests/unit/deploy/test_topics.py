@@ -30,6 +30,10 @@ def overlay_settings(overlay: str, state_dir: Path) -> Settings:
     sts = one(docs, "StatefulSet", "fabricwatch-streams")
     env = {**env_configmap(docs), **container_env(sts["spec"]["template"]["spec"]["containers"][0])}
     env["FABRICWATCH_STATE_DIR"] = str(state_dir)  # the pod's volume path is not ours here
+    if "FABRICWATCH_PLAN_PATH" in env:  # the pod's ConfigMap file: a one-cable plan here
+        plan = state_dir / "plan.csv"
+        plan.write_text("a_device,a_port,b_device,b_port\nleaf-su01-r1,1,spine-01,1\n")
+        env["FABRICWATCH_PLAN_PATH"] = str(plan)
     fields = {k: v for k, v in env.items() if k.startswith("FABRICWATCH_")}
     with pytest.MonkeyPatch.context() as mp:
         for key, value in fields.items():

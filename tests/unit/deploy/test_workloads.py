@@ -60,13 +60,16 @@ def test_umad_only_in_the_fabric_agent_on_fabric_management_hosts(overlay: str) 
         assert {"key": "fabricwatch.io/fabric-management", "operator": "Equal", "value": "true",
                 "effect": "NoSchedule"} in spec["tolerations"]
         assert workload["kind"] == "StatefulSet" and workload["spec"]["replicas"] == 1
-        poller, follower = spec["containers"]
+        poller, follower, evidence = spec["containers"]
         assert poller["args"][:2] == ["poll", "ibdiags"]
         assert follower["args"][:2] == ["tail", "opensm"]
-        # both run infiniband-diags (the follower resolves traps with iblinkinfo); the log
-        # is read-only, and the keys go only where the poller runs
-        for c in (poller, follower):
+        # the runbooks' evidence runs here, with the tools, and nowhere else
+        assert evidence["args"][0] == "evidence-worker"
+        # all three run infiniband-diags / MFT (the follower resolves traps with
+        # iblinkinfo); the log is read-only, and the keys go only where the poller runs
+        for c in (poller, follower, evidence):
             assert "umad" in {m["name"] for m in c["volumeMounts"]}
+        assert "fabric-keys" not in {m["name"] for m in evidence["volumeMounts"]}
         assert all(m.get("readOnly") for m in follower["volumeMounts"]
                    if m["name"] == "opensm-log")
         assert "fabric-keys" not in {m["name"] for m in follower["volumeMounts"]}
@@ -223,7 +226,7 @@ def test_every_fabricwatch_command_line_parses(overlay: str) -> None:
             args = [re.sub(r"\$\((\w+)\)", lambda m: env[m.group(1)], a) for a in c["args"]]
             ctx = _resolve(main, args)
             seen.add(ctx.command.name)
-    assert seen == {"worker", "runbook-worker", "ibdiags", "opensm", "ingest"}
+    assert seen == {"worker", "runbook-worker", "ibdiags", "opensm", "ingest", "evidence-worker"}
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
@@ -257,3 +260,56 @@ def test_the_runbook_role_can_replace_nodes_and_nothing_more() -> None:
     role = one(docs, "ClusterRole", "fabricwatch-runbooks-nodes")
     assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"],
                               "verbs": ["get", "list", "update"]}]
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_stream_worker_reads_the_plan_of_the_configuration(overlay: str) -> None:
+    """The cable plan is part of the deployment's configuration: the stream worker has
+    FABRICWATCH_PLAN_PATH pointing into the config component's plan ConfigMap, mounted."""
+    from streams.topology.plan import load_plan
+
+    docs = build(overlay)
+    streams = one(docs, "StatefulSet", "fabricwatch-streams")
+    spec = streams["spec"]["template"]["spec"]
+    [worker] = [c for c in spec["containers"] if c["name"] == "worker"]
+    [path] = [e["value"] for e in worker["env"] if e["name"] == "FABRICWATCH_PLAN_PATH"]
+    folder, name = path.rsplit("/", 1)
+    [mount] = [m for m in worker["volumeMounts"] if m["mountPath"] == folder]
+    assert mount.get("readOnly") is True
+    [volume] = [v for v in spec["volumes"] if v["name"] == mount["name"]]
+    [plan_map] = [d for d in find(docs, "ConfigMap")
+                  if d["metadata"]["name"] == volume["configMap"]["name"]
+                  and d["metadata"].get("namespace") == streams["metadata"].get("namespace")]
+    assert plan_map["metadata"]["name"].startswith("fabricwatch-plan-")
+    assert load_plan(plan_map["data"][name]).columns[:4] == (
+        "a_device", "a_port", "b_device", "b_port")
+    # the settings take the path the manifest gives
+    assert str(Settings(plan_path=path).plan_path) == path
+
+
+def test_a_plan_that_lists_no_cable_stops_the_stream_worker(tmp_path: Path) -> None:
+    # the shipped placeholder: checks against it would pass with nothing checked
+    from streams.app import StreamsApp
+    from streams.topology.plan import PlanError
+
+    plan = tmp_path / "plan.csv"
+    plan.write_text((DEPLOY / "k8s" / "components" / "config" / "plan.csv").read_text())
+    settings = Settings(plan_path=plan, state_dir=tmp_path / "state")
+    with pytest.raises(PlanError, match="lists no cable"):
+        StreamsApp(settings, Policy())
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_runbooks_evidence_queue_is_the_fabric_agents(overlay: str) -> None:
+    """The dispatcher routes the evidence activity to the queue the fabric agent serves, and
+    the agent may reach the Temporal frontend; the runbook workers mount no device."""
+    docs = build(overlay)
+    env = env_configmap(docs)
+    queue = env["FABRICWATCH_TEMPORAL__EVIDENCE_TASK_QUEUE"]
+    assert queue and queue != env["FABRICWATCH_TEMPORAL__TASK_QUEUE"]
+    for name in ("fabricwatch-runbook-worker", "fabricwatch-dispatcher"):
+        spec = one(docs, "Deployment", name)["spec"]["template"]["spec"]
+        assert not [v for v in spec.get("volumes", []) if "hostPath" in v], name
+    egress = one(docs, "NetworkPolicy", "fabric-agent-egress")
+    ports = {p["port"] for rule in egress["spec"]["egress"] for p in rule.get("ports", [])}
+    assert 7233 in ports

@@ -78,3 +78,73 @@ def test_same_port_name_in_two_fabrics_keeps_two_flap_and_counter_states() -> No
     # east: 5 counter-revealed downs on r2:1; west: 8 on r2:1; r1:7 never reaches three
     # downs in one fabric
     assert flaps == [("east", "leaf-su01-r2", 1), ("west", "leaf-su01-r2", 1)]
+
+
+def _topology(fabric: str, leaves: int, ports: int) -> object:
+    from schemas import Topology, TopologyLink
+
+    # leaves of su01 with `ports` host ports each (hosts carry no SU) and one uplink each
+    links = [TopologyLink(a_device=f"leaf-su01-r{leaf}", a_port=p,
+                          b_device=f"node{leaf:02d}{p:02d}/mlx5_0", b_port=1)
+             for leaf in range(leaves) for p in range(1, ports + 1)]
+    links += [TopologyLink(a_device=f"leaf-su01-r{leaf}", a_port=ports + 1,
+                           b_device="spine-01", b_port=leaf + 1) for leaf in range(leaves)]
+    return Topology(id=f"topo-{fabric}-{leaves}x{ports}", ts=BASE - 1000, fabric=fabric,
+                    source="ibnetdiscover", links=links)
+
+
+def test_ports_per_su_counts_each_port_with_an_su_once() -> None:
+    from streams.breaker.logic import ports_per_su
+
+    ends = [("leaf-su01-r1", 1), ("leaf-su01-r1", 1), ("leaf-su01-r1", 2),
+            ("leaf-su02-r1", 1), ("spine-01", 1), ("node01/mlx5_0", 1)]
+    assert ports_per_su(ends) == {"su01": 2, "su02": 1}
+    assert ports_per_su(ends, su_of=lambda d: "all" if d.startswith("spine") else None) == {
+        "all": 1}
+
+
+def test_the_su_size_comes_from_the_topology() -> None:
+    from streams.engine import Engine
+
+    # 5% of su01: 256 ports by default would be a budget of 12; the topology shows 2 leaves
+    # of 19 host ports and an uplink, 40 ports: a budget of 2, so the third request fires.
+    policy = Policy.from_yaml("fabricHealth: {breaker: {maxIsolatedPortsPerSU: 5%}}")
+    without, learned = Engine(policy), Engine(policy)
+    learned.feed(_topology("lab", 2, 19))  # type: ignore[arg-type]
+    assert learned.ports_in_su("lab", "su01") == 40
+    assert without.ports_in_su("lab", "su01") == 256
+    fired = {id(e): [] for e in (without, learned)}  # type: ignore[var-annotated]
+    for port in (1, 2, 3):
+        for engine in (without, learned):
+            fired[id(engine)] += engine.feed(det(port, port))  # type: ignore[arg-type]
+    assert fired[id(without)] == []
+    opened = fired[id(learned)]
+    assert [(d.detection.value, d.port) for d in opened] == [("breaker_open", 3)]
+    assert opened[0].evidence["ports_in_su"] == 40
+    assert opened[0].evidence["budget"] == 2
+    # another fabric's su01 is not this one's
+    assert learned.ports_in_su("other", "su01") == 256
+
+
+def test_a_switch_down_at_a_snapshot_keeps_its_ports() -> None:
+    from schemas import Topology
+    from streams.engine import Engine
+
+    engine = Engine(Policy())
+    engine.feed(_topology("lab", 2, 19))  # type: ignore[arg-type]
+    # the next snapshot lacks leaf r1 (down): the merged cabling still has its ports
+    full = _topology("lab", 2, 19)
+    partial = Topology(id="topo-partial", ts=BASE, fabric="lab", source="ibnetdiscover",
+                       links=[lk for lk in full.links  # type: ignore[attr-defined]
+                              if lk.a_device != "leaf-su01-r1"])
+    engine.feed(partial)
+    assert engine.ports_in_su("lab", "su01") == 40
+
+
+def test_the_plan_s_su_size_comes_first() -> None:
+    from streams.engine import Context, Engine
+
+    engine = Engine(Policy(), Context(ports_per_su={"su01": 1000}))
+    engine.feed(_topology("lab", 2, 19))  # type: ignore[arg-type]
+    assert engine.ports_in_su("lab", "su01") == 1000
+    assert engine.ports_in_su("lab", "su02") == 256

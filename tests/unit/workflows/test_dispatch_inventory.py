@@ -166,3 +166,24 @@ def test_a_link_down_during_discovery_is_still_one_cable() -> None:
                                          b_device="node0003/mlx5_1", b_port=1)])
     inv.load(moved)
     assert inv.cable("f", "leaf-su01-r1", 3)[1] is None
+
+
+def test_the_dispatcher_sends_the_evidence_to_the_evidence_queue() -> None:
+    # settings.temporal.evidence_task_queue reaches every runbook it starts; unset, the
+    # evidence runs on the runbook's own queue (None)
+    import time as _time
+
+    from schemas.events import Action, Detection, DetectionKind, Severity
+    from schemas.policy import Policy
+    from workflows.dispatch import Dispatcher
+    from workflows.inventory import Inventory
+
+    det = Detection(id="d1", ts=int(_time.time() * 1000), fabric="lab", source="streams",
+                    device="leaf-su01-r1", port=3, detection=DetectionKind.FLAP,
+                    severity=Severity.CRITICAL, action=Action.ISOLATE_PORT, episode="ep",
+                    evidence={})
+    routed = Dispatcher(None, Policy(), Inventory(), task_queue="q",  # type: ignore[arg-type]
+                        evidence_task_queue="fabricwatch-evidence")
+    assert routed.runbook_input(det).config.evidence_task_queue == "fabricwatch-evidence"
+    local = Dispatcher(None, Policy(), Inventory(), task_queue="q")  # type: ignore[arg-type]
+    assert local.runbook_input(det).config.evidence_task_queue is None
