@@ -47,7 +47,7 @@ from typing import Any
 
 from schemas import LEGACY_COUNTER_BITS, Counters, Detection, DetectionKind, PortSample
 from schemas.policy import SPEED_RANK, WIDTH_RANK, Policy
-from streams.common import episode_id, make_detection
+from streams.common import episode_id, make_detection, state_key
 from streams.degraded_link.logic import Expectation, check_link
 from streams.flap.logic import CounterDowns
 
@@ -83,6 +83,17 @@ DeviceState = dict[str, Any]
 
 def new_state() -> DeviceState:
     return {"ports": {}, "stale": 0}
+
+
+def counters_key(fabric: str, device: str, source: str) -> str:
+    """The counters state key: one state per (device, source).
+
+    Two sources read one port's counters at their own times and from their own registers
+    (perfquery's narrow PortCounters, UFM's extended ones, mlxlink's PHY): interleaved in one
+    state, the lower reading reads as a reset and a counter one source does not report
+    stays at the other's value, so resets, phantom downs and wrong deltas follow.
+    """
+    return state_key(fabric, f"{device}|{source}")
 
 
 class CountersDetector:
