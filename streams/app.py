@@ -64,6 +64,9 @@ from streams.sink import LedgerSink, LedgerWriter
 log = logging.getLogger(__name__)
 
 APP_ID = "fabricwatch-streams"  # also the consumer group and the internal topics' prefix
+# Topology messages read back per partition at start to seed the probe routes: a partition
+# carries the snapshots of the fabrics hashed to it, the newest of each is what counts.
+ROUTE_SEED_MESSAGES = 16
 
 
 def partitions_of(settings: Settings, topic: registry.Topic) -> int:
@@ -98,7 +101,13 @@ class StreamsApp:
 
             self.plan = load_plan_file(settings.plan_path)  # PlanError: the caller's exit 2
             if context is None:
-                context = Context(expectation=expectation_from_plan(self.plan))
+                from streams.probes.paths import ProbeRoutes
+
+                # the plan's cabling routes probes until a discovered topology is seen
+                context = Context(expectation=expectation_from_plan(self.plan),
+                                  paths=ProbeRoutes.from_links(
+                                      (x.a_device, x.a_port, x.b_device, x.b_port)
+                                      for x in self.plan.links))
         self.engine = Engine(policy, context)
         self.bounds = TimeBounds.from_policy(policy)
         self.datadir = Path(settings.state_dir) / "streams" / app_id / f"worker-{worker_index}"
@@ -213,6 +222,65 @@ class StreamsApp:
                 log.info("created topics %s: %s", [t.name for t in missing], response)
         finally:
             await admin.close()
+
+    async def seed_routes(self, per_partition: int = ROUTE_SEED_MESSAGES,
+                          timeout_s: float = 10.0) -> int:
+        """Teach the probe routes the newest topology snapshots before consuming.
+
+        The routes live in memory (``Engine.routes``): a restarted worker, or one whose
+        partitions do not include the topology's, would otherwise route no probe until the
+        next snapshot reaches it. Reads the last ``per_partition`` messages of every
+        ``fabric.topology`` partition (several fabrics share one); returns how many
+        snapshots were taken. A broker that does not answer leaves the routes empty (the
+        probes then fall back to their endpoints, which never isolate).
+        """
+        from aiokafka import (  # type: ignore[import-untyped]  # no py.typed there
+            AIOKafkaConsumer,
+            TopicPartition,
+        )
+
+        from schemas import Topology, decode
+
+        consumer = AIOKafkaConsumer(bootstrap_servers=self.settings.kafka.bootstrap_servers,
+                                    enable_auto_commit=False, group_id=None)
+        await consumer.start()
+        taken = 0
+        try:
+            if registry.TOPOLOGY.name not in await consumer.topics():  # also loads metadata
+                return 0
+            parts = [TopicPartition(registry.TOPOLOGY.name, p)
+                     for p in sorted(consumer.partitions_for_topic(registry.TOPOLOGY.name)
+                                     or ())]
+            if not parts:
+                return 0
+            consumer.assign(parts)
+            ends = await consumer.end_offsets(parts)
+            starts = await consumer.beginning_offsets(parts)
+            want = 0
+            for tp in parts:
+                first = max(starts[tp], ends[tp] - per_partition)
+                consumer.seek(tp, first)
+                want += ends[tp] - first
+            deadline = time.monotonic() + timeout_s
+            seen = 0
+            while seen < want and time.monotonic() < deadline:
+                batch = await consumer.getmany(timeout_ms=500)
+                for tp, records in batch.items():
+                    for record in records:
+                        if record.offset >= ends[tp]:
+                            continue
+                        seen += 1
+                        try:
+                            event = decode(record.value or b"")
+                        except ContractError:
+                            continue  # the agent dead-letters it when it gets there
+                        if isinstance(event, Topology):
+                            self.engine.routes.update(event)
+                            taken += 1
+        finally:
+            await consumer.stop()
+        log.info("probe routes seeded from %d topology snapshot(s)", taken)
+        return taken
 
     def _open_ledger(self) -> LedgerWriter:
         from ledger import open_ledger

@@ -1,7 +1,7 @@
 """All detectors over in-memory, per-key state: what ``replay`` runs, key for key like the worker.
 
 The worker keeps the same states in changelogged tables keyed exactly as here (port key for
-flap, device for counters, rail for probes, fabric for topology, SU for the breaker; the
+flap, (device, source) for counters, rail for probes, fabric for topology, SU for the breaker; the
 stale detector's scope is the fabric, of which a worker sees the devices on the counters
 partitions it holds) and
 calls the same ``step`` functions; only the storage and the transport differ.
@@ -27,12 +27,13 @@ from schemas import (
 from schemas.policy import Policy
 from streams.breaker import logic as breaker
 from streams.common import state_key
-from streams.counters.logic import CountersDetector
+from streams.counters.logic import CountersDetector, counters_key
 from streams.degraded_link.logic import Expectation, step_topology
 from streams.flap.logic import CounterDowns, Excuse, FlapState
 from streams.flap.logic import step as flap_step
 from streams.incidents import logic as incidents
 from streams.probes import logic as probes
+from streams.probes.paths import RouteBook
 from streams.stale.logic import StaleDetector
 
 # How many recent message ids a keyed state remembers, to recognise a redelivery.
@@ -64,10 +65,16 @@ def once(value: dict[str, Any] | None, msg_id: str,
 
 @dataclass
 class Context:
-    """What the fabric's plan and topology tell the detectors (all optional)."""
+    """What the fabric's plan and topology tell the detectors (all optional).
+
+    ``paths``: probe routes where no topology snapshot of the probe's fabric has been seen
+    yet (the cable plan's, ``streams.probes.paths.ProbeRoutes``); a snapshot's routes win.
+    ``pinned``: a pinned baseline for (probe, scale), ``ledger.baselines``.
+    """
 
     expectation: Callable[[str, int], Expectation | None] | None = None
     paths: probes.PathFn | None = None
+    pinned: probes.PinnedFn | None = None
     su_of: Callable[[str], str | None] = breaker.su_from_name
     ports_per_su: Mapping[str, int] = field(default_factory=dict)
 
@@ -88,6 +95,7 @@ class Engine:
         self.sus: dict[str, Any] = {}
         self.correlation: dict[str, Any] = {}  # incident correlator states by fabric
         self.cabling: dict[str, Any] = {}  # their topology indexes by fabric
+        self.routes = RouteBook()  # probe routes from each fabric's newest topology
 
     def feed(self, event: Event | CounterDowns) -> list[Detection]:
         """The detections ``event`` causes (annotated with incident / maintenance)."""
@@ -140,7 +148,7 @@ class Engine:
         elif isinstance(event, Counters):
             parts = event.split()  # a host agent's message: one part per HCA
             for part in parts:
-                dkey = state_key(part.fabric, part.device)
+                dkey = counters_key(part.fabric, part.device, part.source)
                 self.devices[dkey], dets, downs, _ = self.apply_counters(
                     self.devices.get(dkey), part)
                 out += dets
@@ -190,12 +198,21 @@ class Engine:
     def apply_probe(self, value: dict[str, Any] | None, event: Probe
                     ) -> tuple[dict[str, Any], list[Detection], list[CounterDowns], bool]:
         def run(st: Any) -> tuple[Any, list[Detection], list[CounterDowns]]:
-            new, dets = probes.step(st, event, self.policy, self.context.paths)
+            new, dets = probes.step(st, event, self.policy, self.probe_paths(event.fabric),
+                                    self.context.pinned)
             return new, dets, []
         return once(value, event.id, run)
 
+    def probe_paths(self, fabric: str) -> probes.PathFn | None:
+        """The routes probes of ``fabric`` are localised by: its newest topology's, else the
+        context's (the plan), else none (endpoints only, never isolating)."""
+        routes = self.routes.get(fabric)
+        return routes if routes is not None else self.context.paths
+
     def apply_topology(self, value: dict[str, Any] | None, event: Topology
                        ) -> tuple[dict[str, Any], list[Detection], list[CounterDowns], bool]:
+        # The probe routes follow every snapshot seen, a redelivered one too (idempotent).
+        self.routes.update(event)
         def run(st: Any) -> tuple[Any, list[Detection], list[CounterDowns]]:
             new, dets = step_topology(st, event, self.policy, self.context.expectation)
             return new, dets, []
