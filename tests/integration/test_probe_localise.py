@@ -1,0 +1,77 @@
+"""A slow cable localised end to end: the simulator's probes through the real stream worker.
+
+The simulator's ``lab`` fabric runs with ``slow_link`` on one host cable; its topology
+snapshot and probe results (renamed to the test's own fabric: the session broker is shared)
+go to the real broker before the worker starts, so the worker learns the probe routes from
+the newest snapshot at start (``StreamsApp.seed_routes``) whichever agent runs first. The
+worker must name the cable the slow pairs share, on its leaf end with the policy's action,
+exactly as ``streams.replay`` does over the same messages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from schemas.policy import Policy
+from sim.faults import parse_spec
+from sim.telemetry import Simulator
+from sim.topology import generate
+from streams.replay import replay
+
+pytestmark = pytest.mark.integration
+
+sys.path.insert(0, str(Path(__file__).parent))  # stream_helpers, shared with other tests
+
+from stream_helpers import Worker, collect, publish  # noqa: E402
+
+
+@pytest.fixture
+def worker(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Worker]:
+    w = Worker(kafka_bootstrap, tmp_path, f"fw-test-{uuid.uuid4().hex[:8]}")
+    yield w
+    w.stop()
+
+
+def retag(raw: bytes, fabric: str) -> bytes:
+    obj: dict[str, Any] = orjson.loads(raw)
+    obj["fabric"] = fabric
+    obj["id"] = f"{fabric}/{obj['id']}"
+    return orjson.dumps(obj)
+
+
+async def test_slow_link_is_named_on_its_leaf_port_by_the_worker(worker: Worker) -> None:
+    tag = f"t{worker.app_id.rsplit('-', 1)[1]}"
+    lab = generate("lab")
+    sim = Simulator(lab, faults=[parse_spec("slow_link:node0004/mlx5_2:1,factor=0.6")],
+                    seed=3, start_ms=int(time.time() * 1000) - 3600_000, probe_every=1,
+                    topology_every=100)
+    steps = sim.run_steps(6)
+    (topology,) = [m for s in steps for m in s.messages if m.topic == "fabric.topology"]
+    probes = [m for s in steps for m in s.messages if m.topic == "fabric.probes"]
+    messages = [(topology.topic, retag(topology.value, tag))]
+    messages += [(m.topic, retag(m.value, tag)) for m in probes]
+    want = {d.id: d for d in replay([v for _, v in messages], Policy(), on_error=None)}
+    leaf = next(f"{x.b_device}:{x.b_port}" for x in lab.links
+                if (x.a_device, x.a_port) == ("node0004/mlx5_2", 1))
+    named = [d for d in want.values() if d.evidence.get("localised")
+             and d.evidence.get("by") == "paths"]
+    assert [(d.key, d.action.value) for d in named] == [(leaf, "isolate_port")]
+    await publish(worker.bootstrap, messages)
+    await asyncio.to_thread(worker.start)
+    got = await collect(worker.bootstrap, "fabric.detections", len(want),
+                        f'"fabric":"{tag}"'.encode(), wait_s=150, settle=5.0)
+    ids = sorted(orjson.loads(v)["id"] for v in got)
+    assert ids == sorted(want), worker.tail()
+    localised = [orjson.loads(v) for v in got if b'"by":"paths"' in v]
+    assert [(d["device"], d["port"], d["action"], d["evidence"]["link"]) for d in localised] == [
+        (*leaf.rsplit(":", 1)[:1], int(leaf.rsplit(":", 1)[1]), "isolate_port",
+         f"{leaf}<->node0004/mlx5_2:1")]
