@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from schemas import Probe, Topology, TopologyLink
 from schemas.policy import Policy
 from sim.topology import Params, generate
@@ -134,3 +137,34 @@ def test_engine_routes_probes_by_the_topology_it_has_seen() -> None:
     assert [(d.device.startswith("leaf-su01-r1"), d.action.value) for d in localised] == [
         (True, "isolate_port")]
     assert localised[0].evidence["by"] == "paths"
+
+
+@settings(max_examples=25, deadline=None)
+@given(sus=st.integers(1, 3), nodes=st.integers(1, 4), rails=st.integers(1, 2),
+       spines=st.integers(1, 3), seed=st.integers(0, 10_000))
+def test_known_cables_are_on_the_path_the_simulator_routes(sus: int, nodes: int, rails: int,
+                                                           spines: int, seed: int) -> None:
+    """Whatever the fat tree, every cable a route says the probe crosses is on the path the
+    simulator's ECMP hash actually took, and a route without ECMP is that whole path."""
+    import random
+
+    from sim.telemetry import Simulator
+
+    params = Params(sus=sus, nodes_per_su=nodes, rails=rails, radix=8, core=sus > 1,
+                    spines_per_su=min(spines, nodes), fabric="lab")
+    fabric = generate(params)
+    sim = Simulator(fabric, start_ms=BASE)
+    routes = ProbeRoutes.from_topology(fabric.to_topology(BASE))
+    rng = random.Random(seed)
+    for _ in range(10):
+        a, b = rng.sample(fabric.nodes, 2) if len(fabric.nodes) > 1 else (fabric.nodes[0],) * 2
+        rail = rng.randrange(rails)
+        route = routes(probe(0, a, b, 400, rail=rail))
+        assert route is not None
+        taken = set(sim.path_ports(a, b, rail))
+        for key, port in route.links:
+            x, y = key.split("<->")
+            assert {x, y} <= taken, (key, sorted(taken))
+            assert port in (x, y) and "/" not in port.rpartition(":")[0]  # a switch end
+        if not route.ecmp:
+            assert {e for key, _ in route.links for e in key.split("<->")} == taken
