@@ -59,6 +59,7 @@ from schemas import topics as registry
 from schemas.acceptance import TimeBounds, accept, at_arrival
 from schemas.policy import Policy
 from streams.engine import Context, Engine
+from streams.probes.pins import Pins
 from streams.sink import LedgerSink, LedgerWriter
 
 log = logging.getLogger(__name__)
@@ -67,6 +68,7 @@ APP_ID = "fabricwatch-streams"  # also the consumer group and the internal topic
 # Topology messages read back per partition at start to seed the probe routes: a partition
 # carries the snapshots of the fabrics hashed to it, the newest of each is what counts.
 ROUTE_SEED_MESSAGES = 16
+PINS_REFRESH_S = 60.0  # a pin a person just made is judged by within a minute
 
 
 def partitions_of(settings: Settings, topic: registry.Topic) -> int:
@@ -109,6 +111,10 @@ class StreamsApp:
                                       (x.a_device, x.a_port, x.b_device, x.b_port)
                                       for x in self.plan.links))
         self.engine = Engine(policy, context)
+        # Pinned probe baselines, read from the ledger at start and every PINS_REFRESH_S.
+        self.pins = Pins()
+        if ledger and self.engine.context.pinned is None:
+            self.engine.context.pinned = self.pins
         self.bounds = TimeBounds.from_policy(policy)
         self.datadir = Path(settings.state_dir) / "streams" / app_id / f"worker-{worker_index}"
         self.datadir.mkdir(parents=True, exist_ok=True)
@@ -282,6 +288,33 @@ class StreamsApp:
         log.info("probe routes seeded from %d topology snapshot(s)", taken)
         return taken
 
+    def _pins_of(self, store: Any) -> list[Any]:
+        from ledger.baselines import current
+
+        fabrics = sorted({self.settings.fabric, *self.fabrics_seen})
+        return [b for fabric in fabrics for b in current(store, fabric)]
+
+    def load_pins(self) -> int:
+        """Read the pinned baselines before consuming (blocking; nothing else runs yet).
+        A ledger that cannot be read leaves none: probes are then judged by their own or
+        learned baselines, as without a ledger."""
+        if self.sink is None or self.engine.context.pinned is not self.pins:
+            return 0
+        try:
+            self.pins.replace(self.sink.read_blocking(self._pins_of))
+        except Exception as exc:  # the ledger's errors, chdb's, the network's
+            log.warning("pinned baselines not read: %s", exc)
+        log.info("pinned probe baselines: %d", len(self.pins))
+        return len(self.pins)
+
+    async def refresh_pins(self) -> None:
+        if self.sink is None or self.engine.context.pinned is not self.pins:
+            return
+        try:
+            self.pins.replace(await self.sink.read(self._pins_of))
+        except Exception as exc:
+            log.warning("pinned baselines not refreshed (keeping %d): %s", len(self.pins), exc)
+
     def _open_ledger(self) -> LedgerWriter:
         from ledger import open_ledger
 
@@ -314,6 +347,10 @@ class StreamsApp:
                 await self.sink.close()
 
         self.app.on_before_shutdown.connect(close_sink)
+
+        @self.app.timer(interval=PINS_REFRESH_S)  # type: ignore[untyped-decorator]
+        async def refresh_pins() -> None:
+            await self.refresh_pins()
 
         @self.app.timer(interval=5.0)  # type: ignore[untyped-decorator]
         async def report() -> None:

@@ -75,3 +75,34 @@ async def test_slow_link_is_named_on_its_leaf_port_by_the_worker(worker: Worker)
     assert [(d["device"], d["port"], d["action"], d["evidence"]["link"]) for d in localised] == [
         (*leaf.rsplit(":", 1)[:1], int(leaf.rsplit(":", 1)[1]), "isolate_port",
          f"{leaf}<->node0004/mlx5_2:1")]
+
+
+async def test_a_pinned_baseline_judges_the_first_result(worker: Worker) -> None:
+    """A pin in the worker's ledger is the yardstick from the first probe on; without one the
+    first results only teach (no verdict)."""
+    from ledger import open_ledger
+    from ledger.baselines import PinnedBaseline, pin
+    from runtime.settings import Settings
+    from schemas import Probe
+
+    tag = worker.app_id
+    ts = int(time.time() * 1000) - 600_000
+    ledger = open_ledger(Settings(state_dir=worker.state_dir))
+    try:  # the worker's fabric is the settings' ("lab"); a rail and size of this test's own
+        pin(ledger, PinnedBaseline(fabric="lab", rail=77, probe="ib_write_bw", size_bytes=4097,
+                                   scale=2, gbps=400.0, pinned_by="test", pinned_ts=ts))
+    finally:
+        ledger.close()
+
+    def result(size: int, n: int) -> Probe:
+        return Probe(id=f"{tag}-{size}-{n}", ts=ts + n * 1000, fabric="lab", source="probe",
+                     probe="ib_write_bw", src=f"a-{tag}/mlx5_0", dst=f"b-{tag}/mlx5_0",
+                     rail=77, size_bytes=size, bw_gbps=300.0)
+
+    await asyncio.to_thread(worker.start, True)
+    await publish(worker.bootstrap, [result(4097, 0), result(4098, 0)])
+    got = await collect(worker.bootstrap, "fabric.detections", 1, tag.encode(), settle=5.0)
+    dets = [orjson.loads(v) for v in got]
+    assert [(d["detection"], d["evidence"]["size_bytes"], d["evidence"]["baseline_from"],
+             d["evidence"]["baseline_gbps"]) for d in dets] == [
+        ("slow_probe", 4097, "pinned", 400.0)], worker.tail()

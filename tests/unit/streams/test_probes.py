@@ -158,3 +158,16 @@ def test_nccl_wrong_from_the_real_output_is_its_own_detection() -> None:
     state, dets = step(state, again.model_copy(update={"id": "again2", "ts": BASE + 90_000}),
                        POLICY)
     assert [d.detection.value for d in dets] == ["probe_wrong"]
+
+
+def test_pins_look_up_by_fabric_rail_probe_size_and_scale() -> None:
+    from ledger.baselines import PinnedBaseline
+    from streams.probes.pins import Pins
+
+    pins = Pins([PinnedBaseline(fabric="lab", rail=3, probe="ib_write_bw", size_bytes=1 << 20,
+                                scale=2, gbps=800.0, pinned_by="op", pinned_ts=BASE)])
+    assert pins(probe(0, 700), 2) == 800.0
+    assert pins(probe(0, 700), 4) is None  # another scale
+    assert pins(probe(0, 700, rail=4), 2) is None
+    state, dets = step(None, probe(0, 700), POLICY, pinned=pins)
+    assert [d.evidence["baseline_from"] for d in dets] == ["pinned"]
