@@ -193,7 +193,7 @@ class CountersDetector:
                     downs.append(CounterDowns(
                         id=f"{event.id}/{sample.port}", fabric=event.fabric,
                         device=event.device, port=sample.port, start=prev_ts, ts=ts,
-                        increase=deltas[_I_DOWN]))
+                        increase=deltas[_I_DOWN], source=event.source))
                 if (deltas[_I_SYM] or deltas[_I_LER] or deltas[_I_RCV] or deltas[_I_DISC]
                         or (ext is not None and "o" in ext)):
                     self._rates(ps, deltas, event, sample, detections)

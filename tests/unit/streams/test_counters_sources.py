@@ -63,3 +63,26 @@ def test_mlxlink_link_down_counter_is_the_phy_counter() -> None:
     (sample,) = msg.ports
     assert sample.phy_link_down == 0  # "Link Down Counter": "0"
     assert sample.link_downed is None  # the PMA's LinkDowned is not what mlxlink printed
+
+
+def test_two_sources_of_one_pma_counter_count_each_down_once() -> None:
+    """perfquery and UFM both read the PMA's LinkDowned: apart states, each down once."""
+    engine = Engine(Policy())
+
+    def pma(source: str, t: int, downed: int) -> Counters:
+        return Counters(id=f"{source}-{t}", ts=BASE + t, fabric="lab", source=source,
+                        device=DEV, ports=[PortSample(port=1, link_downed=downed)])
+
+    fired = []
+    for i in range(12):  # a down every minute, seen by both sources
+        t = i * 60_000
+        fired += engine.feed(pma("perfquery", t, downed=i))
+        fired += engine.feed(pma("ufm", t + 20_000, downed=i))
+    flap = engine.flap[f"lab/{DEV}:1"]
+    assert sum(n for *_, n in flap.intervals) == 11 and flap.other_source == 11
+    # five downs in the window is what the policy allows (maxLinkDowns): one flap episode,
+    # as one source alone would give
+    single = Engine(Policy())
+    alone = [d for i in range(12) for d in single.feed(pma("perfquery", i * 60_000, i))]
+    assert [(d.detection.value, d.ts) for d in fired] == [
+        (d.detection.value, d.ts) for d in alone] != []
