@@ -249,9 +249,9 @@ class StreamsApp:
 
         consumer = AIOKafkaConsumer(bootstrap_servers=self.settings.kafka.bootstrap_servers,
                                     enable_auto_commit=False, group_id=None)
-        await consumer.start()
         taken = 0
         try:
+            await consumer.start()
             if registry.TOPOLOGY.name not in await consumer.topics():  # also loads metadata
                 return 0
             parts = [TopicPartition(registry.TOPOLOGY.name, p)
@@ -283,6 +283,8 @@ class StreamsApp:
                         if isinstance(event, Topology):
                             self.engine.routes.update(event)
                             taken += 1
+        except Exception as exc:  # the broker's or the network's: start without them
+            log.warning("probe routes not seeded from %s: %s", registry.TOPOLOGY.name, exc)
         finally:
             await consumer.stop()
         log.info("probe routes seeded from %d topology snapshot(s)", taken)
