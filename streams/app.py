@@ -244,22 +244,29 @@ class StreamsApp:
             AIOKafkaConsumer,
             TopicPartition,
         )
+        from aiokafka.admin import AIOKafkaAdminClient
 
         from schemas import Topology, decode
 
-        consumer = AIOKafkaConsumer(bootstrap_servers=self.settings.kafka.bootstrap_servers,
-                                    enable_auto_commit=False, group_id=None)
+        bootstrap = self.settings.kafka.bootstrap_servers
+        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                                    group_id=None)
         taken = 0
         try:
+            admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+            await admin.start()
+            try:
+                described = await admin.describe_topics([registry.TOPOLOGY.name])
+            finally:
+                await admin.close()
+            parts = [TopicPartition(registry.TOPOLOGY.name, int(p["partition"]))
+                     for t in described if t.get("topic") == registry.TOPOLOGY.name
+                     and not t.get("error_code") for p in t.get("partitions", [])]
             await consumer.start()
-            if registry.TOPOLOGY.name not in await consumer.topics():  # also loads metadata
-                return 0
-            parts = [TopicPartition(registry.TOPOLOGY.name, p)
-                     for p in sorted(consumer.partitions_for_topic(registry.TOPOLOGY.name)
-                                     or ())]
             if not parts:
+                log.info("probe routes: no %s partitions to seed from", registry.TOPOLOGY.name)
                 return 0
-            consumer.assign(parts)
+            consumer.assign(sorted(parts))
             ends = await consumer.end_offsets(parts)
             starts = await consumer.beginning_offsets(parts)
             want = 0

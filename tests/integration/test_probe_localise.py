@@ -11,6 +11,7 @@ exactly as ``streams.replay`` does over the same messages.
 from __future__ import annotations
 
 import asyncio
+import re
 import sys
 import time
 import uuid
@@ -67,6 +68,8 @@ async def test_slow_link_is_named_on_its_leaf_port_by_the_worker(worker: Worker)
     assert [(d.key, d.action.value) for d in named] == [(leaf, "isolate_port")]
     await publish(worker.bootstrap, messages)
     await asyncio.to_thread(worker.start)
+    seeded = re.findall(r"probe routes seeded from (\d+) topology", worker.log.read_text())
+    assert seeded and int(seeded[-1]) >= 1, worker.tail()  # this test's snapshot among them
     got = await collect(worker.bootstrap, "fabric.detections", len(want),
                         f'"fabric":"{tag}"'.encode(), wait_s=150, settle=5.0)
     ids = sorted(orjson.loads(v)["id"] for v in got)
