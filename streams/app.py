@@ -231,7 +231,8 @@ class StreamsApp:
 
     async def seed_routes(self, per_partition: int = ROUTE_SEED_MESSAGES,
                           timeout_s: float = 10.0) -> int:
-        """Teach the probe routes the newest topology snapshots before consuming.
+        """Teach the probe routes the newest topology snapshots (the probes agent calls it
+        before its first probe).
 
         The routes live in memory (``Engine.routes``): a restarted worker, or one whose
         partitions do not include the topology's, would otherwise route no probe until the

@@ -3,7 +3,8 @@
 The simulator's ``lab`` fabric runs with ``slow_link`` on one host cable; its topology
 snapshot and probe results (renamed to the test's own fabric: the session broker is shared)
 go to the real broker before the worker starts, so the worker learns the probe routes from
-the newest snapshot at start (``StreamsApp.seed_routes``) whichever agent runs first. The
+the newest snapshot before its first probe (``StreamsApp.seed_routes``) whichever agent
+runs first. The
 worker must name the cable the slow pairs share, on its leaf end with the policy's action,
 exactly as ``streams.replay`` does over the same messages.
 """
@@ -68,10 +69,10 @@ async def test_slow_link_is_named_on_its_leaf_port_by_the_worker(worker: Worker)
     assert [(d.key, d.action.value) for d in named] == [(leaf, "isolate_port")]
     await publish(worker.bootstrap, messages)
     await asyncio.to_thread(worker.start)
-    seeded = re.findall(r"probe routes seeded from (\d+) topology", worker.log.read_text())
-    assert seeded and int(seeded[-1]) >= 1, worker.tail()  # this test's snapshot among them
     got = await collect(worker.bootstrap, "fabric.detections", len(want),
                         f'"fabric":"{tag}"'.encode(), wait_s=150, settle=5.0)
+    seeded = re.findall(r"probe routes seeded from (\d+) topology", worker.log.read_text())
+    assert seeded and int(seeded[-1]) >= 1, worker.tail()  # this test's snapshot among them
     ids = sorted(orjson.loads(v)["id"] for v in got)
     assert ids == sorted(want), worker.tail()
     localised = [orjson.loads(v) for v in got if b'"by":"paths"' in v]
