@@ -198,15 +198,15 @@ class Engine:
     def apply_probe(self, value: dict[str, Any] | None, event: Probe
                     ) -> tuple[dict[str, Any], list[Detection], list[CounterDowns], bool]:
         def run(st: Any) -> tuple[Any, list[Detection], list[CounterDowns]]:
-            new, dets = probes.step(st, event, self.policy, self.probe_paths(event.fabric),
+            new, dets = probes.step(st, event, self.policy, self.probe_paths(event),
                                     self.context.pinned)
             return new, dets, []
         return once(value, event.id, run)
 
-    def probe_paths(self, fabric: str) -> probes.PathFn | None:
-        """The routes probes of ``fabric`` are localised by: its newest topology's, else the
-        context's (the plan), else none (endpoints only, never isolating)."""
-        routes = self.routes.get(fabric)
+    def probe_paths(self, probe: Probe) -> probes.PathFn | None:
+        """The routes ``probe`` is localised by: its fabric's newest snapshot before it,
+        else the context's (the plan), else none (endpoints only, never isolating)."""
+        routes = self.routes.get(probe.fabric, probe.ts)
         return routes if routes is not None else self.context.paths
 
     def apply_topology(self, value: dict[str, Any] | None, event: Topology

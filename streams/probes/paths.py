@@ -123,29 +123,38 @@ class ProbeRoutes:
 
 
 class RouteBook:
-    """The routes of every fabric, from the newest topology snapshot of each.
+    """The routes of every fabric, from its topology snapshots, looked up by time.
 
-    A cable missing from the newest snapshot but present in an earlier one (isolated, down,
-    pulled) stays on the book: the probes that crossed it before still did, and the ports
-    of a cable that was isolated for being slow are exactly what its probation probes
-    cross. ``update`` is idempotent and ignores a snapshot older than the newest seen.
+    A probe is routed by the newest snapshot taken strictly before it (``get``), so the
+    worker, which may read a snapshot back before the probes that preceded it, routes
+    each probe as ``fabricwatch replay`` does in file order. The last ``KEEP`` snapshots
+    per fabric are kept. A cable missing from a snapshot but present in the one before
+    (isolated, down, pulled) stays on the book: the probes that crossed it before still
+    did, and its probation probes cross exactly it. ``update`` is idempotent.
     """
 
+    KEEP = 3
+
     def __init__(self) -> None:
-        self._routes: dict[str, ProbeRoutes] = {}
-        self._links: dict[str, list[tuple[str, int, str, int]]] = {}
-        self._ts: dict[str, int] = {}
+        # fabric -> [(ts, links, routes)], oldest first
+        self._book: dict[str, list[tuple[int, list[tuple[str, int, str, int]], ProbeRoutes]]] = {}
 
     def update(self, topology: Topology) -> None:
-        if topology.ts < self._ts.get(topology.fabric, topology.ts):
-            return
+        entries = self._book.setdefault(topology.fabric, [])
+        if any(ts == topology.ts for ts, _, _ in entries):
+            return  # seen (a redelivery, or the snapshot read back at start)
+        before = [e for e in entries if e[0] < topology.ts]
         latest = sorted((x.a_device, x.a_port, x.b_device, x.b_port) for x in topology.links)
-        merged = merge_links(latest, self._links.get(topology.fabric, []))
-        self._ts[topology.fabric] = topology.ts
-        if merged == self._links.get(topology.fabric):
-            return
-        self._links[topology.fabric] = merged
-        self._routes[topology.fabric] = ProbeRoutes.from_links(merged)
+        merged = merge_links(latest, before[-1][1] if before else [])
+        routes = (before[-1][2] if before and before[-1][1] == merged
+                  else ProbeRoutes.from_links(merged))
+        entries.append((topology.ts, merged, routes))
+        entries.sort(key=lambda e: e[0])
+        del entries[:-self.KEEP]
 
-    def get(self, fabric: str) -> ProbeRoutes | None:
-        return self._routes.get(fabric)
+    def get(self, fabric: str, before_ts: int | None = None) -> ProbeRoutes | None:
+        """The routes of the newest snapshot before ``before_ts`` (None: the newest)."""
+        for ts, _links, routes in reversed(self._book.get(fabric, [])):
+            if before_ts is None or ts < before_ts:
+                return routes
+        return None
