@@ -9,7 +9,8 @@ Units. perftest's ``BW average[MB/sec]`` is MiB/s (its MB is 2^20 bytes), so
 ``bw_gbps = MB/s * 2^20 * 8 / 1e9``; with ``--report_gbits`` the column is ``Gb/sec`` and is
 taken as it is. nccl-tests ``busbw`` is GB/s with GB = 10^9 bytes, so ``bw_gbps = busbw *
 8``; the out-of-place bus bandwidth is the probe value, the in-place one and ``#wrong`` are
-kept as extra fields (``in_place_bw_gbps``, ``wrong``, ``in_place_wrong``, ``alg_bw_gbps``).
+kept as extra fields (``in_place_bw_gbps``, ``wrong``, ``in_place_wrong``, ``alg_bw_gbps``),
+and so is ``ranks``, the number of ``# Rank`` lines (the run's scale) when it prints them.
 
 A size measured twice in one file (perftest prints the server's and the client's report
 of the same run) is reported once, first occurrence. nccl rows of size 0 carry no data and
@@ -135,6 +136,7 @@ def parse_nccl_tests(text: str, *, fabric: str, ts: int, rail: int = 0,
     """nccl-tests ``all_reduce_perf`` output (old and current formats) -> a probe per size."""
     has_root: bool | None = None
     hosts: list[str] = []
+    ranks = 0
     rows: dict[int, dict[str, Any]] = {}
     for number, line in lines(text):
         stripped = line.strip()
@@ -145,6 +147,7 @@ def parse_nccl_tests(text: str, *, fabric: str, ts: int, rail: int = 0,
             raise ParseError(None, number, f"this is {title.group(1)}, not all_reduce_perf")
         rank = _NCCL_RANK.match(stripped)
         if rank:
+            ranks += 1
             if rank.group(1) not in hosts:
                 hosts.append(rank.group(1))
             continue
@@ -191,6 +194,8 @@ def parse_nccl_tests(text: str, *, fabric: str, ts: int, rail: int = 0,
     probes = []
     for size, row in sorted(rows.items()):
         extra = {k: v for k, v in row.items() if k not in ("bw", "line")}
+        if ranks:
+            extra["ranks"] = ranks  # the run's scale, part of its baseline's key
         probes.append(Probe(
             id=stable_id("nccl", fabric, source, ts, src_name, dst_name, rail, size),
             ts=ts, fabric=fabric, source=source, probe="nccl_allreduce", src=src_name,

@@ -831,7 +831,7 @@ def parse_mlxlink(text: str, *, fabric: str, ts: int, device: str, port: int = 1
         values["effective_ber"] = _mlx_float(phys.get("Effective Physical BER"),
                                              "Effective Physical BER")
         for key, field in (("Effective Physical Errors", "fec_uncorrectable"),
-                           ("Link Down Counter", "link_downed"),
+                           ("Link Down Counter", "phy_link_down"),
                            ("Link Error Recovery Counter", "link_error_recovery")):
             number = _mlx_float(phys.get(key), key)
             values[field] = None if number is None else int(number)

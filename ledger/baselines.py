@@ -4,7 +4,8 @@ A baseline is what a healthy link of a rail carries for one probe at one message
 scale (ranks spanned), pinned by a person from healthy runs: ``fabricwatch baseline pin``.
 Probation judges a repaired link against it at the policy's SLO fraction. The learned,
 moving baselines of the stream's probe detector are not used there: a link under repair
-must not be measured against numbers it produced itself. Times are epoch milliseconds.
+must not be measured against numbers it produced itself. The stream's probe detector
+prefers a pin to what it learned, too (``streams.probes.pins``). Times are epoch milliseconds.
 """
 
 from __future__ import annotations

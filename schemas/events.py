@@ -56,6 +56,7 @@ class DetectionKind(StrEnum):
     PAUSE_STORM = "pause_storm"
     ECN_PFC_MISCONFIG = "ecn_pfc_misconfig"
     SLOW_PROBE = "slow_probe"
+    PROBE_WRONG = "probe_wrong"
     MISWIRE = "miswire"
     MISSING_LINK = "missing_link"
     UNEXPECTED_LINK = "unexpected_link"

@@ -261,10 +261,14 @@ class Optics(_Section):
 class Probes(_Section):
     """Active probes: slower than ``slow_fraction`` of baseline is slow-not-dead.
 
-    Without a ``baseline_gbps`` on the probe, the baseline is learned per (probe, rail,
-    size): the median of the last ``baseline_samples`` results that were not slow, judged
-    only once ``min_baseline_samples`` exist. Slow probes within ``localise_window`` that
-    share a link (or an endpoint) name it once ``min_failing_probes_to_localise`` agree.
+    Without a ``baseline_gbps`` on the probe or a pinned baseline, the baseline is learned
+    per (probe, rail, size, scale): the ``baseline_quantile`` of the last ``baseline_samples``
+    healthy results (at least ``healthy_fraction`` of the baseline they were judged
+    against, so slightly slow runs never pull it down), judged only once
+    ``min_baseline_samples`` exist. Slow probes within ``localise_window`` that are known
+    to share a cable (or an endpoint) name it once ``min_failing_probes_to_localise`` agree.
+    NCCL's ``#wrong`` > 0 is ``probe_wrong`` with ``wrong_action``. Defaults: the design's
+    policy (docs/architecture.md, "Slow-not-dead").
     """
 
     slow_fraction: Fraction = 0.9
@@ -273,6 +277,11 @@ class Probes(_Section):
     min_baseline_samples: Annotated[int, Field(ge=1)] = 3
     localise_window: Seconds = 600.0
     action: PolicyAction = "isolatePort"
+    # a high quantile: a few slow-ish results in the window do not move it
+    baseline_quantile: Fraction = 0.9
+    healthy_fraction: Fraction = 0.97  # above the jitter of a healthy link's runs (~1 %)
+    # corrupted collective results: a person looks now (GPU, NVLink or the fabric)
+    wrong_action: PolicyAction = "page"
 
 
 class Counters(_Section):

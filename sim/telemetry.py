@@ -940,6 +940,8 @@ class Simulator:
                "probe": probe, "src": src_dev if probe == "ib_write_bw" else src,
                "dst": dst_dev if probe == "ib_write_bw" else dst, "rail": rail,
                "size_bytes": size, "bw_gbps": bw, "baseline_gbps": round(baseline, 2)}
+        if probe == "nccl_allreduce":
+            msg["ranks"] = len(members)  # one rank per node and rail: the run's scale
         return Message(PROBES.name, str(rail).encode(), orjson.dumps(msg))
 
     def probe(self, probe: str, src: str, dst: str, rail: int) -> Event:

@@ -8,7 +8,8 @@ Exported API (pure, no Faust/Kafka/clock import):
   .step(state, Counters)`` -> ``(state, list[Detection], list[CounterDowns])``; its BER and
   drop-rate rules in ``streams.counters.ber`` (NVIDIA's field BER table by link type).
 * ``streams.degraded_link.logic.check_link(...)``, ``step_topology(state, Topology, policy)``.
-* ``streams.probes.logic.step(state, Probe, policy, paths=None)``.
+* ``streams.probes.logic.step(state, Probe, policy, paths=None, pinned=None)``; routes from a
+  topology: ``streams.probes.paths.ProbeRoutes`` / ``RouteBook``.
 * ``streams.breaker.logic.step(state, Detection | ActionRecord, policy, su=..., ports_in_su=...)``.
 * ``streams.stale.logic.StaleDetector(policy).step(state, Counters, lane=0)``
   -> ``(state, list[Detection])``: silence is a state (``stale`` / ``stale_end``).

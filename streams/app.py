@@ -60,11 +60,16 @@ from schemas import topics as registry
 from schemas.acceptance import TimeBounds, accept, at_arrival
 from schemas.policy import Policy
 from streams.engine import Context, Engine
+from streams.probes.pins import Pins
 from streams.sink import LedgerSink, LedgerWriter
 
 log = logging.getLogger(__name__)
 
 APP_ID = "fabricwatch-streams"  # also the consumer group and the internal topics' prefix
+# Topology messages read back per partition at start to seed the probe routes: a partition
+# carries the snapshots of the fabrics hashed to it, the newest of each is what counts.
+ROUTE_SEED_MESSAGES = 16
+PINS_REFRESH_S = 60.0  # a pin a person just made is judged by within a minute
 
 
 def partitions_of(settings: Settings, topic: registry.Topic) -> int:
@@ -109,7 +114,13 @@ class StreamsApp:
                 raise PlanError(f"{settings.plan_path}: the cable plan lists no cable; give "
                                 "the fabric's plan, or no FABRICWATCH_PLAN_PATH")
             if context is None:
+                from streams.probes.paths import ProbeRoutes
+
+                # the plan's cabling routes probes until a discovered topology is seen
                 context = Context(expectation=expectation_from_plan(self.plan),
+                                  paths=ProbeRoutes.from_links(
+                                      (x.a_device, x.a_port, x.b_device, x.b_port)
+                                      for x in self.plan.links),
                                   uplinks=uplinks_from_plan(self.plan),
                                   media=media_from_plan(self.plan),
                                   ports_per_su=ports_per_su(
@@ -117,6 +128,10 @@ class StreamsApp:
                                       for end in ((link.a_device, link.a_port),
                                                   (link.b_device, link.b_port))))
         self.engine = Engine(policy, context)
+        # Pinned probe baselines, read from the ledger at start and every PINS_REFRESH_S.
+        self.pins = Pins()
+        if ledger and self.engine.context.pinned is None:
+            self.engine.context.pinned = self.pins
         self.bounds = TimeBounds.from_policy(policy)
         self.datadir = Path(settings.state_dir) / "streams" / app_id / f"worker-{worker_index}"
         self.datadir.mkdir(parents=True, exist_ok=True)
@@ -233,6 +248,102 @@ class StreamsApp:
         finally:
             await admin.close()
 
+    async def seed_routes(self, per_partition: int = ROUTE_SEED_MESSAGES,
+                          timeout_s: float = 10.0) -> int:
+        """Teach the probe routes the newest topology snapshots (the probes agent calls it
+        before its first probe).
+
+        The routes live in memory (``Engine.routes``): a restarted worker, or one whose
+        partitions do not include the topology's, would otherwise route no probe until the
+        next snapshot reaches it. Reads the last ``per_partition`` messages of every
+        ``fabric.topology`` partition (several fabrics share one); returns how many
+        snapshots were taken. A broker that does not answer leaves the routes empty (the
+        probes then fall back to their endpoints, which never isolate).
+        """
+        from aiokafka import (  # type: ignore[import-untyped]  # no py.typed there
+            AIOKafkaConsumer,
+            TopicPartition,
+        )
+        from aiokafka.admin import AIOKafkaAdminClient
+
+        from schemas import Topology, decode
+
+        bootstrap = self.settings.kafka.bootstrap_servers
+        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                                    group_id=None)
+        taken = 0
+        try:
+            admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+            await admin.start()
+            try:
+                described = await admin.describe_topics([registry.TOPOLOGY.name])
+            finally:
+                await admin.close()
+            parts = [TopicPartition(registry.TOPOLOGY.name, int(p["partition"]))
+                     for t in described if t.get("topic") == registry.TOPOLOGY.name
+                     and not t.get("error_code") for p in t.get("partitions", [])]
+            await consumer.start()
+            if not parts:
+                log.info("probe routes: no %s partitions to seed from", registry.TOPOLOGY.name)
+                return 0
+            consumer.assign(sorted(parts))
+            ends = await consumer.end_offsets(parts)
+            starts = await consumer.beginning_offsets(parts)
+            want = 0
+            for tp in parts:
+                first = max(starts[tp], ends[tp] - per_partition)
+                consumer.seek(tp, first)
+                want += ends[tp] - first
+            deadline = time.monotonic() + timeout_s
+            seen = 0
+            while seen < want and time.monotonic() < deadline:
+                batch = await consumer.getmany(timeout_ms=500)
+                for tp, records in batch.items():
+                    for record in records:
+                        if record.offset >= ends[tp]:
+                            continue
+                        seen += 1
+                        try:
+                            event = decode(record.value or b"")
+                        except ContractError:
+                            continue  # the agent dead-letters it when it gets there
+                        if isinstance(event, Topology):
+                            self.engine.routes.update(event)
+                            taken += 1
+        except Exception as exc:  # the broker's or the network's: start without them
+            log.warning("probe routes not seeded from %s: %s", registry.TOPOLOGY.name, exc)
+        finally:
+            await consumer.stop()
+        log.info("probe routes seeded from %d topology snapshot(s)", taken)
+        return taken
+
+    def _pins_of(self, store: Any) -> list[Any]:
+        from ledger.baselines import current
+
+        fabrics = sorted({self.settings.fabric, *self.fabrics_seen})
+        return [b for fabric in fabrics for b in current(store, fabric)]
+
+    def load_pins(self) -> int:
+        """Read the pinned baselines before consuming (blocking; nothing else runs yet).
+        A ledger that cannot be read leaves none: probes are then judged by their own or
+        learned baselines, as without a ledger."""
+        if self.sink is None or self.engine.context.pinned is not self.pins:
+            return 0
+        try:
+            self.pins.replace(self.sink.read_blocking(self._pins_of))
+        except Exception as exc:  # the ledger's errors, chdb's, the network's
+            log.warning("pinned baselines not read: %s", exc)
+        log.info("pinned probe baselines: %d", len(self.pins))
+        return len(self.pins)
+
+    async def refresh_pins(self) -> None:
+        if self.sink is None or self.engine.context.pinned is not self.pins:
+            return
+        try:
+            self.pins.replace(await self.sink.read(self._pins_of))
+        except Exception as exc:
+            log.warning("pinned baselines not refreshed (keeping %d): %s", len(self.pins), exc)
+
     def _open_ledger(self) -> LedgerWriter:
         from ledger import open_ledger
 
@@ -266,6 +377,10 @@ class StreamsApp:
                 await self.sink.close()
 
         self.app.on_before_shutdown.connect(close_sink)
+
+        @self.app.timer(interval=PINS_REFRESH_S)  # type: ignore[untyped-decorator]
+        async def refresh_pins() -> None:
+            await self.refresh_pins()
 
         @self.app.timer(interval=5.0)  # type: ignore[untyped-decorator]
         async def report() -> None:

@@ -1,8 +1,8 @@
 """All detectors over in-memory, per-key state: what ``replay`` runs, key for key like the worker.
 
 The worker keeps the same states in changelogged tables keyed exactly as here (port key for
-flap, device for counters, rail for probes, fabric for topology and the SM, SU for the
-breaker; the
+flap, (device, source) for counters, rail for probes, fabric for topology and the SM, SU for
+the breaker; the
 stale detector's scope is the fabric, of which a worker sees the devices on the counters
 partitions it holds) and
 calls the same ``step`` functions; only the storage and the transport differ.
@@ -29,12 +29,13 @@ from schemas import (
 from schemas.policy import Policy
 from streams.breaker import logic as breaker
 from streams.common import state_key
-from streams.counters.logic import CountersDetector
+from streams.counters.logic import CountersDetector, counters_key
 from streams.degraded_link.logic import Expectation, step_topology
 from streams.flap.logic import CounterDowns, Excuse, FlapState
 from streams.flap.logic import step as flap_step
 from streams.incidents import logic as incidents
 from streams.probes import logic as probes
+from streams.probes.paths import RouteBook
 from streams.sm import logic as sm
 from streams.stale.logic import StaleDetector
 
@@ -67,11 +68,17 @@ def once(value: dict[str, Any] | None, msg_id: str,
 
 @dataclass
 class Context:
-    """What the fabric's plan and topology tell the detectors (all optional)."""
+    """What the fabric's plan and topology tell the detectors (all optional).
+
+    ``paths``: probe routes where no topology snapshot of the probe's fabric has been seen
+    yet (the cable plan's, ``streams.probes.paths.ProbeRoutes``); a snapshot's routes win.
+    ``pinned``: a pinned baseline for (probe, scale), ``ledger.baselines``.
+    """
 
     expectation: Callable[[str, int], Expectation | None] | None = None
     media: Callable[[str, int], str | None] | None = None  # the plan's cable media
     paths: probes.PathFn | None = None
+    pinned: probes.PinnedFn | None = None
     su_of: Callable[[str], str | None] = breaker.su_from_name
     # Ports per SU from the cable plan (every worker loads it): first for the budget.
     ports_per_su: Mapping[str, int] = field(default_factory=dict)
@@ -98,6 +105,7 @@ class Engine:
         self.cabling: dict[str, Any] = {}  # their topology indexes by fabric
         self.sms: dict[str, Any] = {}  # subnet-manager states by fabric
         self.su_ports: dict[str, dict[str, int]] = {}  # by fabric, from the cabling index
+        self.routes = RouteBook()  # probe routes from each fabric's newest topology
 
     def feed(self, event: Event | CounterDowns) -> list[Detection]:
         """The detections ``event`` causes (annotated with incident / maintenance)."""
@@ -151,7 +159,7 @@ class Engine:
         elif isinstance(event, Counters):
             parts = event.split()  # a host agent's message: one part per HCA
             for part in parts:
-                dkey = state_key(part.fabric, part.device)
+                dkey = counters_key(part.fabric, part.device, part.source)
                 self.devices[dkey], dets, downs, _ = self.apply_counters(
                     self.devices.get(dkey), part)
                 out += dets
@@ -220,12 +228,21 @@ class Engine:
     def apply_probe(self, value: dict[str, Any] | None, event: Probe
                     ) -> tuple[dict[str, Any], list[Detection], list[CounterDowns], bool]:
         def run(st: Any) -> tuple[Any, list[Detection], list[CounterDowns]]:
-            new, dets = probes.step(st, event, self.policy, self.context.paths)
+            new, dets = probes.step(st, event, self.policy, self.probe_paths(event),
+                                    self.context.pinned)
             return new, dets, []
         return once(value, event.id, run)
 
+    def probe_paths(self, probe: Probe) -> probes.PathFn | None:
+        """The routes ``probe`` is localised by: its fabric's newest snapshot before it,
+        else the context's (the plan), else none (endpoints only, never isolating)."""
+        routes = self.routes.get(probe.fabric, probe.ts)
+        return routes if routes is not None else self.context.paths
+
     def apply_topology(self, value: dict[str, Any] | None, event: Topology
                        ) -> tuple[dict[str, Any], list[Detection], list[CounterDowns], bool]:
+        # The probe routes follow every snapshot seen, a redelivered one too (idempotent).
+        self.routes.update(event)
         def run(st: Any) -> tuple[Any, list[Detection], list[CounterDowns]]:
             new, dets = step_topology(st, event, self.policy, self.context.expectation)
             return new, dets, []

@@ -13,11 +13,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Any, Protocol, TypeVar
 
 from schemas import DeadLetter, Detection, Event
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class LedgerWriter(Protocol):
@@ -66,6 +67,18 @@ class LedgerSink:
             del self._buffer[: len(batch)]
             self.written += len(batch)
             return written
+
+    async def read(self, fn: Callable[[Any], T]) -> T:
+        """``fn(ledger)`` on the sink's own ledger, off the loop (one ledger per process:
+        an embedded chdb folder admits one)."""
+        async with self._lock:
+            return await asyncio.to_thread(self.read_blocking, fn)
+
+    def read_blocking(self, fn: Callable[[Any], T]) -> T:
+        """``fn(ledger)`` now, in this thread (before the event loop runs)."""
+        if self._ledger is None:
+            self._ledger = self._open()
+        return fn(self._ledger)
 
     def _write(self, batch: list[Detection | DeadLetter]) -> int:
         if self._ledger is None:

@@ -83,6 +83,7 @@ def worker_command(policy_path: Path | None, workers: int, ledger: bool | None, 
 
         start_metrics_server(settings.metrics_port + worker_index)
     asyncio.run(sa.ensure_topics())
+    sa.load_pins()  # the pinned probe baselines, before consuming
     worker = faust.Worker(sa.app, loglevel=loglevel.upper(), quiet=True,
                           redirect_stdouts=False, override_logging=False)
     worker.execute_from_commandline()

@@ -30,6 +30,9 @@ class Expectation:
     after_s: float = 0.0  # the fault starts this long after the simulators do
     # proved by an incident instead of a detection: its cause (``detection``) and root device
     incident_root: str | None = None
+    # proved only by a detection that names the cable from the probes' routes (a slow link
+    # localised), not by a ticket on a probe's endpoint
+    localised: bool = False
 
     def matches_incident(self, incident: Incident, started_ms: int = 0) -> bool:
         return (self.incident_root is not None and incident.fabric == self.fabric
@@ -44,6 +47,9 @@ class Expectation:
             return False
         if detection.ts < started_ms + self.after_s * 1000:
             return False  # before the fault began: something else caused it
+        if self.localised and not (detection.evidence.get("localised") is True
+                                   and detection.evidence.get("by") == "paths"):
+            return False
         if self.devices and detection.device in self.devices:
             return True
         if detection.key in self.ports:
@@ -122,7 +128,8 @@ def build_scenario(preset: str, *, short: bool = False, fabric_name: str | None 
                     "ber", _ends(links, f"{node_b}/mlx5_5", 1), runbook="decided"),
         Expectation("slow-not-dead link", ib,
                     f"slow_link:{node_b}/mlx5_1:1,factor=0.6,at={at(20)}", "slow_probe",
-                    _ends(links, f"{node_b}/mlx5_1", 1)),
+                    # the cable the slow pairs share, named from the topology's routes
+                    _ends(links, f"{node_b}/mlx5_1", 1), localised=True),
         # one incident naming the spine: no port of it isolated, no technician sent
         Expectation("spine reboot", ib, f"spine_reboot:{spine},at={at(240)},for={at(40)}",
                     "switch_reboot", frozenset(), devices=spine_peers | {spine},

@@ -1,10 +1,11 @@
-"""Counters agent: one device's batch per message, one state per device, deltas and detections.
+"""Counters agent: one device's batch per message, one state per (device, source).
 
 The per-message work is one decode, one table read and write of the device's compact state,
 and the detector's few comparisons per healthy sample. ``link_downed`` increases go on, keyed
 by port, to the internal counter-downs topic for the flap agent. A host agent's message (one
 per host, its samples naming their HCAs) is split into one part per HCA first
-(``Counters.split``), each with its own state.
+(``Counters.split``), each with its own state. Two sources of one device (perfquery and
+mlxlink, say) keep apart states (``counters_key``): each source's deltas are its own.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import orjson
 
 from schemas import Counters
 from schemas import topics as registry
-from streams.common import state_key
+from streams.counters.logic import counters_key
 
 if TYPE_CHECKING:
     from streams.app import StreamsApp
@@ -45,7 +46,7 @@ def register(sa: StreamsApp) -> None:
     sa.app.on_partitions_revoked.connect(on_revoked)
 
     async def process(msg: Counters) -> None:
-        key = state_key(msg.fabric, msg.device).encode()
+        key = counters_key(msg.fabric, msg.device, msg.source).encode()
         value = cache.get(key)
         if value is None:
             stored = table.get(key)

@@ -66,7 +66,7 @@ from typing import Any
 
 from schemas import LEGACY_COUNTER_BITS, Counters, Detection, DetectionKind, PortSample
 from schemas.policy import SPEED_RANK, WIDTH_RANK, Policy
-from streams.common import episode_id, make_detection
+from streams.common import episode_id, make_detection, state_key
 from streams.counters import congestion, optics
 from streams.counters.ber import (
     METRIC_NAMES,
@@ -109,6 +109,17 @@ DeviceState = dict[str, Any]
 
 def new_state() -> DeviceState:
     return {"ports": {}, "stale": 0}
+
+
+def counters_key(fabric: str, device: str, source: str) -> str:
+    """The counters state key: one state per (device, source).
+
+    Two sources read one port's counters at their own times and from their own registers
+    (perfquery's narrow PortCounters, UFM's extended ones, mlxlink's PHY): interleaved in one
+    state, the lower reading reads as a reset and a counter one source does not report
+    stays at the other's value, so resets, phantom downs and wrong deltas follow.
+    """
+    return state_key(fabric, f"{device}|{source}")
 
 
 class CountersDetector:
@@ -220,7 +231,7 @@ class CountersDetector:
                     downs.append(CounterDowns(
                         id=f"{event.id}/{sample.port}", fabric=event.fabric,
                         device=event.device, port=sample.port, start=prev_ts, ts=ts,
-                        increase=deltas[_I_DOWN]))
+                        increase=deltas[_I_DOWN], source=event.source))
                 if (deltas[_I_SYM] or deltas[_I_LER] or deltas[_I_RCV] or deltas[_I_DISC]
                         or (ext is not None and "o" in ext)):
                     self._rates(ps, deltas, event, sample, detections)

@@ -20,7 +20,10 @@ Pinned semantics (ARCHITECTURE.md, "Detection semantics"):
   ``increase - (trap downs of the port in (start, ts])`` when that is positive, placed at the
   sample time ``ts`` (the moment the down became known). A trap that arrives later inside
   that interval takes the place of one such counter-revealed down, so no down is counted
-  twice whichever arrives first.
+  twice whichever arrives first. Two sources reading one port's PMA counter (perfquery and
+  UFM, say) keep apart counter states and both reveal the same downs: within a window
+  only the source that revealed the port's latest counted downs counts (another's
+  increases are the same downs, ``other_source``), until it has revealed none for a window.
 
 Episodes: the trailing count ``c(τ)`` is a step function of time. A port is *in episode*
 while ``c(τ) > maxLinkDowns``; an episode starts at the down that lifts the count over the
@@ -60,7 +63,7 @@ class CounterDowns:
 
     ``id`` is ``{counters message id}/{port}`` so a redelivered counters message yields the
     same id and is counted once. ``start`` is the previous sample's ``ts`` (exclusive),
-    ``ts`` this sample's (inclusive).
+    ``ts`` this sample's (inclusive). ``source``: the counters' source ("" when unknown).
     """
 
     id: str
@@ -70,6 +73,7 @@ class CounterDowns:
     start: int
     ts: int
     increase: int
+    source: str = ""
 
     def to_wire(self) -> dict[str, Any]:
         return {"kind": "counter_downs", **asdict(self)}
@@ -78,7 +82,7 @@ class CounterDowns:
     def from_wire(cls, obj: dict[str, Any]) -> CounterDowns:
         return cls(id=str(obj["id"]), fabric=str(obj["fabric"]), device=str(obj["device"]),
                    port=int(obj["port"]), start=int(obj["start"]), ts=int(obj["ts"]),
-                   increase=int(obj["increase"]))
+                   increase=int(obj["increase"]), source=str(obj.get("source") or ""))
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +152,9 @@ class FlapState:
     duplicates: int = 0
     excused: dict[str, tuple[int, int | None]] = field(default_factory=dict)  # id -> span
     disabled: int = 0  # downs reported Disabled, not counted
+    # the source whose counter downs count, and when it last revealed one
+    counter_source: tuple[str, int] | None = None
+    other_source: int = 0  # counter downs of a second source, not counted again
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -160,6 +167,9 @@ class FlapState:
             "late_dropped": self.late_dropped, "duplicates": self.duplicates,
             "excused": {k: list(v) for k, v in self.excused.items()},
             "disabled": self.disabled,
+            "counter_source": (None if self.counter_source is None
+                               else list(self.counter_source)),
+            "other_source": self.other_source,
         }
 
     @classmethod
@@ -176,6 +186,9 @@ class FlapState:
             excused={k: (int(v[0]), None if v[1] is None else int(v[1]))
                      for k, v in obj.get("excused", {}).items()},
             disabled=int(obj.get("disabled", 0)),
+            counter_source=(None if obj.get("counter_source") is None
+                            else (str(obj["counter_source"][0]), int(obj["counter_source"][1]))),
+            other_source=int(obj.get("other_source", 0)),
         )
 
 
@@ -242,6 +255,14 @@ def step(state: FlapState, event: FlapInput, policy: Policy) -> tuple[FlapState,
         state.watermark = event.ts if state.watermark is None else max(state.watermark, event.ts)
         if event.increase <= 0:
             return state, []
+        held = state.counter_source
+        if (event.source and held is not None and held[0] != event.source
+                and event.ts - held[1] <= window):
+            state.other_source += 1  # the same downs, seen through another source
+            return state, []
+        if event.source:
+            state.counter_source = (event.source, max(event.ts, held[1]) if held is not None
+                                    and held[0] == event.source else event.ts)
         state.intervals.append((event.id, event.start, event.ts, event.increase))
         state.intervals.sort(key=lambda iv: (iv[2], iv[0]))
     detections = _evaluate(state, event.id, event.ts, window, max_downs, lateness,

@@ -1,4 +1,9 @@
-"""Probes agent: probe results keyed by rail through the probe detector."""
+"""Probes agent: probe results keyed by rail through the probe detector.
+
+Before its first probe the agent reads the newest topology snapshots back
+(``StreamsApp.seed_routes``): the routes live in memory, and this worker may not hold the
+topology's partition or may have committed past its last snapshot before a restart.
+"""
 
 from __future__ import annotations
 
@@ -17,10 +22,16 @@ if TYPE_CHECKING:
 def register(sa: StreamsApp) -> None:
     table = sa.probes_table
 
+    seeded = False
+
     @sa.app.agent(sa.probes, name="probes")
     async def probes(stream: Any) -> None:
+        nonlocal seeded
         async for event in stream.events():
             raw = event.value if isinstance(event.value, bytes) else b""
+            if not seeded:  # the routes of the newest topology, before the first probe
+                seeded = True
+                await sa.seed_routes()
             try:
                 msg = await sa.decode(event, registry.PROBES)
                 if not isinstance(msg, Probe):

@@ -1,82 +1,136 @@
 """Active probes: bandwidth below ``slowFraction`` of baseline is slow-not-dead.
 
-* Baseline: the probe's own ``baseline_gbps`` when given, else learned per (probe, rail,
-  size): the median of the last ``baselineSamples`` results that were not slow; no verdict
-  until ``minBaselineSamples`` exist (a fabric's first results teach, they are not judged).
+* Baseline, in this order: the probe's own ``baseline_gbps``; a pinned one (``fabricwatch
+  baseline pin``, handed in as ``pinned(probe)``); else learned per (probe, rail, size,
+  scale): the ``baselineQuantile`` of the last ``baselineSamples`` healthy results, with no
+  verdict until ``minBaselineSamples`` exist (a fabric's first results teach, they are not
+  judged). A result teaches only when it is at least ``healthyFraction`` of the baseline
+  it was judged against: slow results, and the slightly slow ones between ``slowFraction``
+  and ``healthyFraction``, never pull the learned baseline down (no ratchet), and the high
+  quantile keeps a few low ones from moving it.
+* Scale is the ranks a run spanned (the probe's ``ranks``, else its distinct endpoints: 2 for
+  ib_write_bw): a 16-rank all-reduce is not judged by an 8-rank one's bus bandwidth.
 * Each slow probe opens a ``slow_probe`` episode for its (probe, src, dst, size), attributed
   to its source port, with action ``ticket``; it ends when that probe is fast again.
-* Localisation: slow probes within ``localiseWindow`` of event time whose paths share a
-  link, ``minFailingProbesToLocalise`` or more of them, name that link: one ``slow_probe``
-  with the policy's action on that port (evidence ``localised: true`` and the probes).
-  Paths come from an optional ``paths(probe) -> [port keys]`` (a topology's routes); without
-  it a probe's path is its two endpoints, so probes sharing an endpoint name it, with action
-  ``ticket`` (an endpoint is a lead, not proof: only a path earns the policy's action).
-* Endpoints: ``device:port`` as given; a ``device/hca`` name is port 1; a bare host name is
-  its HCA on the probe's rail, ``{host}/mlx5_{rail}`` port 1 (the simulator's and the usual
-  rail-optimised naming).
+* ``#wrong`` > 0 in an NCCL result (``wrong`` / ``in_place_wrong``) opens a ``probe_wrong``
+  episode of its own with the policy's ``wrongAction``, whatever the bandwidth: the
+  collective returned corrupted data. It ends when that probe is clean again.
+* Localisation: slow probes within ``localiseWindow`` of event time whose routes are known
+  to cross one cable, ``minFailingProbesToLocalise`` or more of them, name that cable: one
+  ``slow_probe`` with the policy's action on the port of the cable the runbook acts on
+  (evidence ``localised: true``, the cable, the probes). Routes come from an optional
+  ``paths(probe)`` (``streams.probes.paths``: from the topology, only cables every
+  shortest path crosses; with ECMP the spine hop is not known and not guessed). A cable
+  that a fast probe is known to have crossed since the first of those slow probes is
+  cleared (the slow pairs' trouble is elsewhere, e.g. on an uplink they hashed onto).
+  Without a route a probe's path is its two endpoints, so probes sharing an endpoint name
+  it, with action ``ticket`` (an endpoint is a lead, not proof: only a route earns the
+  policy's action).
 
-State (per rail, the topic's key) is plain JSON: baselines, recent slow probes, open
-episodes.
+State (per rail, the topic's key) is plain JSON: baselines, recent slow probes, cables
+recent fast probes crossed, open episodes.
 """
 
 from __future__ import annotations
 
-import statistics
+import math
 from collections.abc import Callable
 from typing import Any
 
 from schemas import Detection, DetectionKind, Probe
 from schemas.policy import Policy
 from streams.common import episode_id, make_detection
+from streams.probes.paths import Route, endpoint
 
-PathFn = Callable[[Probe], list[str]]
+# A probe's route: a Route from the topology, or plain port keys (each its own link); None
+# when the route is not known (the endpoints stand in).
+PathFn = Callable[[Probe], "Route | list[str] | None"]
+PinnedFn = Callable[[Probe, int], "float | None"]
 
-
-def endpoint(name: str, rail: int) -> tuple[str, int]:
-    """The port a probe endpoint names (see the module docstring)."""
-    device, sep, port = name.rpartition(":")
-    if sep and port.isdigit():
-        return device, int(port)
-    if "/" in name:
-        return name, 1
-    return f"{name}/mlx5_{rail}", 1
+__all__ = ["PathFn", "PinnedFn", "endpoint", "new_state", "probe_scale", "quantile", "step"]
 
 
 def new_state() -> dict[str, Any]:
-    return {"baselines": {}, "slow": [], "open": {}, "named": {}}
+    return {"baselines": {}, "slow": [], "open": {}, "named": {}, "fast": {}, "wrong": {}}
+
+
+def probe_scale(probe: Probe) -> int:
+    """The ranks the run spanned: ``ranks`` when the probe says, else its distinct ends."""
+    extra = probe.__pydantic_extra__ or {}
+    ranks = extra.get("ranks")
+    if isinstance(ranks, int) and not isinstance(ranks, bool) and ranks >= 1:
+        return ranks
+    ends = {probe.src, *(d.strip() for d in probe.dst.split(",") if d.strip())}
+    return max(1, len(ends))
+
+
+def quantile(values: list[float], q: float) -> float:
+    """The ``q`` quantile by linear interpolation between order statistics."""
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def _links(probe: Probe, paths: PathFn | None) -> tuple[list[tuple[str, str]], bool]:
+    """(cable key, port to act on) the probe is known to cross; whether that is a route."""
+    route = paths(probe) if paths is not None else None
+    if isinstance(route, Route):
+        return list(route.links), True
+    if isinstance(route, list):
+        return [(k, k) for k in route], True
+    src_dev, src_port = endpoint(probe.src, probe.rail)
+    dst_dev, dst_port = endpoint(probe.dst, probe.rail)
+    ends = dict.fromkeys([f"{src_dev}:{src_port}", f"{dst_dev}:{dst_port}"])
+    return [(k, k) for k in ends], False
 
 
 def step(state: dict[str, Any] | None, probe: Probe, policy: Policy,
-         paths: PathFn | None = None) -> tuple[dict[str, Any], list[Detection]]:
+         paths: PathFn | None = None, pinned: PinnedFn | None = None
+         ) -> tuple[dict[str, Any], list[Detection]]:
     """Apply one probe result of this rail."""
     st = state if state is not None else new_state()
+    for k, v in new_state().items():
+        st.setdefault(k, v)  # a state written before a part existed
     section = policy.fabric_health.probes
     detections: list[Detection] = []
-    bkey = f"{probe.probe}|{probe.rail}|{probe.size_bytes}"
+    scale = probe_scale(probe)
+    bkey = f"{probe.probe}|{probe.rail}|{probe.size_bytes}|{scale}"
     history: list[float] = st["baselines"].setdefault(bkey, [])
+    pin = pinned(probe, scale) if pinned is not None else None
     if probe.baseline_gbps is not None and probe.baseline_gbps > 0:
         baseline: float | None = probe.baseline_gbps
-        learned = False
+        how = "probe"
+    elif pin is not None and pin > 0:
+        baseline, how = pin, "pinned"
     elif len(history) >= section.min_baseline_samples:
-        baseline = statistics.median(history)
-        learned = True
+        baseline, how = quantile(history, section.baseline_quantile), "learned"
     else:
-        baseline = None
-        learned = True
+        baseline, how = None, "learned"
     slow = baseline is not None and probe.bw_gbps < section.slow_fraction * baseline
-    if not slow:
+    if baseline is None or probe.bw_gbps >= section.healthy_fraction * baseline:
         history.append(probe.bw_gbps)
         del history[:-section.baseline_samples]
     src_dev, src_port = endpoint(probe.src, probe.rail)
     okey = f"{probe.probe}|{probe.src}|{probe.dst}|{probe.size_bytes}"
+    detections += _wrong(st, probe, policy, okey, src_dev, src_port)
+    links, routed = _links(probe, paths)
+    horizon = probe.ts - round(section.localise_window * 1000)
     if not slow:
         st["open"].pop(okey, None)
+        if routed:  # a fast probe clears the cables it is known to have crossed
+            fast: dict[str, int] = st["fast"]
+            for key, _port in links:
+                fast[key] = max(fast.get(key, probe.ts), probe.ts)
+            st["fast"] = {k: t for k, t in fast.items() if t > horizon}
         return st, detections
     assert baseline is not None  # noqa: S101 - slow implies a baseline
     evidence = {"probe": probe.probe, "src": probe.src, "dst": probe.dst, "rail": probe.rail,
-                "size_bytes": probe.size_bytes, "bw_gbps": probe.bw_gbps,
-                "baseline_gbps": round(baseline, 3), "baseline_learned": learned,
-                "slow_fraction": section.slow_fraction, "probe_id": probe.id}
+                "size_bytes": probe.size_bytes, "scale": scale, "bw_gbps": probe.bw_gbps,
+                "baseline_gbps": round(baseline, 3), "baseline_learned": how == "learned",
+                "baseline_from": how, "slow_fraction": section.slow_fraction,
+                "probe_id": probe.id}
     if okey not in st["open"]:
         eid = episode_id(DetectionKind.SLOW_PROBE, src_dev, src_port, probe.ts,
                          f"{probe.probe}/{probe.dst}/{probe.size_bytes}")
@@ -85,35 +139,54 @@ def step(state: dict[str, Any] | None, probe: Probe, policy: Policy,
             kind=DetectionKind.SLOW_PROBE, fabric=probe.fabric, device=src_dev, port=src_port,
             ts=probe.ts, action="ticket", episode=eid, evidence={**evidence,
                                                                  "localised": False}))
-    # Localise: which link do the recent slow probes share?
-    if paths is not None:
-        links = paths(probe)
-    else:
-        dst_dev, dst_port = endpoint(probe.dst, probe.rail)
-        links = [f"{src_dev}:{src_port}", f"{dst_dev}:{dst_port}"]
-    horizon = probe.ts - round(section.localise_window * 1000)
+    # Localise: which cable are the recent slow probes known to share?
     recent = [s for s in st["slow"] if s[0] > horizon and s[1] != probe.id]
-    recent.append([probe.ts, probe.id, okey, links])
+    recent.append([probe.ts, probe.id, okey, [k for k, _ in links]])
     st["slow"] = recent
     st["named"] = {k: v for k, v in st["named"].items() if v[1] > horizon}
-    for link in links:
-        sharing = [s for s in recent if link in s[3]]
+    st["fast"] = {k: t for k, t in st["fast"].items() if t > horizon}
+    for key, port_key in links:
+        sharing = [s for s in recent if key in s[3]]
         distinct = {s[2] for s in sharing}
         if len(distinct) < section.min_failing_probes_to_localise:
             continue
-        if link in st["named"]:
-            st["named"][link][1] = probe.ts  # still implicated: the same episode goes on
+        if st["fast"].get(key, horizon) >= min(s[0] for s in sharing):
+            continue  # a fast probe crossed it meanwhile: not this cable
+        if key in st["named"]:
+            st["named"][key][1] = probe.ts  # still implicated: the same episode goes on
             continue
-        device, _, port_s = link.rpartition(":")
+        device, _, port_s = port_key.rpartition(":")
         eid = episode_id(DetectionKind.SLOW_PROBE, device, int(port_s), probe.ts, "localised")
-        st["named"][link] = [eid, probe.ts]
+        st["named"][key] = [eid, probe.ts]
         detections.append(make_detection(
             kind=DetectionKind.SLOW_PROBE, fabric=probe.fabric, device=device,
             port=int(port_s), ts=probe.ts,
-            # Only a real path (the topology's routes) is evidence enough to isolate; a
-            # shared endpoint is a lead for a technician.
-            action=section.action if paths is not None else "ticket", episode=eid,
-            evidence={"localised": True, "link": link, "probes": sorted(s[1] for s in sharing),
-                      "by": "paths" if paths is not None else "endpoints",
+            # Only a real route (the topology's) is evidence enough to isolate; a shared
+            # endpoint is a lead for a technician.
+            action=section.action if routed else "ticket", episode=eid,
+            evidence={"localised": True, "link": key, "probes": sorted(s[1] for s in sharing),
+                      "pairs": sorted(distinct), "by": "paths" if routed else "endpoints",
                       "slow_fraction": section.slow_fraction}))
     return st, detections
+
+
+def _wrong(st: dict[str, Any], probe: Probe, policy: Policy, okey: str, device: str,
+           port: int) -> list[Detection]:
+    """``probe_wrong`` when an NCCL check counted wrong elements (out of or in place)."""
+    extra = probe.__pydantic_extra__ or {}
+    counts = {k: extra.get(k) for k in ("wrong", "in_place_wrong")}
+    wrong = sum(v for v in counts.values() if isinstance(v, int) and v > 0)
+    if not wrong:
+        st["wrong"].pop(okey, None)
+        return []
+    if okey in st["wrong"]:
+        return []
+    eid = episode_id(DetectionKind.PROBE_WRONG, device, port, probe.ts,
+                     f"{probe.probe}/{probe.dst}/{probe.size_bytes}")
+    st["wrong"][okey] = eid
+    return [make_detection(
+        kind=DetectionKind.PROBE_WRONG, fabric=probe.fabric, device=device, port=port,
+        ts=probe.ts, action=policy.fabric_health.probes.wrong_action, episode=eid,
+        evidence={"probe": probe.probe, "src": probe.src, "dst": probe.dst,
+                  "rail": probe.rail, "size_bytes": probe.size_bytes, **counts,
+                  "scale": probe_scale(probe), "probe_id": probe.id})]

@@ -105,3 +105,19 @@ def test_sweep_storm_names_its_port_and_is_one_sm_incident() -> None:
     [opened] = [i for i in out if isinstance(i, Incident) and i.state == "open"]
     assert opened.cause.value == "sm_event" and opened.members == ["leaf-su01-r2:2"]
     assert storm.incident == opened.incident
+
+
+def test_slow_link_is_localised_to_its_cable_from_the_topology() -> None:
+    """With the topology in the stream, the pairs sharing the slow cable name it (the leaf
+    end, the port the runbook isolates) and no other cable is named. (Probes before the
+    first snapshot, and the NCCL runs, are unrouted: their shared endpoints are tickets.)"""
+    s = Simulator(LAB, faults=[parse_spec("slow_link:node0004/mlx5_2:1")], start_ms=START,
+                  probe_every=1, topology_every=5)
+    lines = [m.value for _ in range(8) for m in s.step().messages]
+    named = {(f"{d.device}:{d.port}", d.action.value, d.evidence["link"])
+             for d in replay(lines, Policy(), on_error=None)
+             if d.detection.value == "slow_probe" and d.evidence.get("localised")
+             and d.evidence["by"] == "paths"}
+    leaf = next(f"{x.b_device}:{x.b_port}" for x in LAB.links
+                if (x.a_device, x.a_port) == ("node0004/mlx5_2", 1))
+    assert named == {(leaf, "isolate_port", f"{leaf}<->node0004/mlx5_2:1")}

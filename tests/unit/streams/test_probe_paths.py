@@ -1,0 +1,187 @@
+"""Probe routes from the topology, and slow pairs localised to the cable they share."""
+
+from __future__ import annotations
+
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from schemas import Probe, Topology, TopologyLink
+from schemas.policy import Policy
+from sim.topology import Params, TopologyError, generate
+from streams.engine import Engine
+from streams.probes.logic import step
+from streams.probes.paths import ProbeRoutes, RouteBook
+
+BASE = 1_700_002_800_000
+POLICY = Policy()
+
+
+def probe(t: int, src: str, dst: str, bw: float, rail: int = 0,
+          baseline: float = 400.0) -> Probe:
+    return Probe(id=f"p-{src}-{dst}-{rail}-{t}", ts=BASE + t, fabric="lab", source="probe",
+                 probe="ib_write_bw", src=src, dst=dst, rail=rail, size_bytes=1 << 23,
+                 bw_gbps=bw, baseline_gbps=baseline)
+
+
+def named(routes: ProbeRoutes, probes: list[Probe]) -> list[tuple[str, str, str]]:
+    """(port, action, cable) of the localised detections."""
+    state = None
+    out = []
+    for p in probes:
+        state, dets = step(state, p, POLICY, routes)
+        out += [(f"{d.device}:{d.port}", d.action.value, d.evidence["link"])
+                for d in dets if d.evidence["localised"]]
+    return out
+
+
+def lab_routes() -> ProbeRoutes:
+    fabric = generate("lab")  # one SU: every HCA of a rail under that rail's leaf
+    return ProbeRoutes.from_topology(fabric.to_topology(BASE))
+
+
+def test_same_leaf_pair_crosses_only_its_two_access_cables() -> None:
+    routes = lab_routes()
+    route = routes(probe(0, "node0001/mlx5_2", "node0003/mlx5_2", 400, rail=2))
+    assert route is not None and not route.ecmp
+    ports = sorted(port for _key, port in route.links)
+    assert len(ports) == 2 and all(p.startswith("leaf-su01-r2:") for p in ports)
+    # a bare host name is its HCA on the probe's rail
+    assert routes(probe(0, "node0001", "node0003", 400, rail=2)) == route
+
+
+def test_slow_pairs_through_one_access_cable_name_it_on_the_leaf_port() -> None:
+    routes = lab_routes()
+    fabric = generate("lab")
+    leaf_port = next(f"{x.b_device}:{x.b_port}" for x in fabric.links
+                     if x.a_device == "node0002/mlx5_1")
+    seq = [probe(0, "node0001", "node0002", 240, rail=1),
+           probe(1, "node0002", "node0003", 238, rail=1),
+           probe(2, "node0003", "node0004", 392, rail=1)]
+    out = named(routes, seq)
+    assert [(port, action) for port, action, _ in out] == [(leaf_port, "isolate_port")]
+    assert out[0][2] == f"{leaf_port}<->node0002/mlx5_1:1"  # the ends, sorted
+
+
+def test_unknown_endpoint_falls_back_to_endpoints_and_only_tickets() -> None:
+    routes = lab_routes()
+    assert routes(probe(0, "elsewhere", "node0002", 200)) is None
+    seq = [probe(0, "elsewhere", "node0002", 200), probe(1, "elsewhere", "node0003", 200)]
+    out = named(routes, seq)
+    assert out == [("elsewhere/mlx5_0:1", "ticket", "elsewhere/mlx5_0:1")]
+
+
+def two_leaves(uplinks: int) -> Topology:
+    """Two leaves of rail 0, hosts h1..h4 under leaf-a and h5..h8 under leaf-b, joined by
+    ``uplinks`` spines (one cable to each from each leaf)."""
+    links = []
+    for i in range(1, 9):
+        leaf = "leaf-a-r0" if i <= 4 else "leaf-b-r0"
+        links.append(TopologyLink(a_device=f"h{i}/mlx5_0", a_port=1, b_device=leaf,
+                                  b_port=(i - 1) % 4 + 1))
+    for s in range(1, uplinks + 1):
+        for leaf in ("leaf-a-r0", "leaf-b-r0"):
+            links.append(TopologyLink(a_device=leaf, a_port=10 + s, b_device=f"spine-{s}",
+                                      b_port=1 if leaf == "leaf-a-r0" else 2))
+    return Topology(id="t", ts=BASE, fabric="lab", source="sim", links=links)
+
+
+def test_slow_pairs_sharing_the_only_spine_path_name_the_leaf_uplink() -> None:
+    routes = ProbeRoutes.from_topology(two_leaves(uplinks=1))
+    route = routes(probe(0, "h1", "h5", 400))
+    assert route is not None and not route.ecmp and len(route.links) == 4
+    # three pairs from different hosts to different hosts: only the spine hop is shared
+    seq = [probe(0, "h1", "h5", 230), probe(1, "h2", "h6", 231), probe(2, "h7", "h3", 229)]
+    out = named(routes, seq)
+    assert sorted((port, action) for port, action, _ in out) == [
+        ("leaf-a-r0:11", "isolate_port"), ("leaf-b-r0:11", "isolate_port")]
+    assert {cable for _, _, cable in out} == {"leaf-a-r0:11<->spine-1:1",
+                                              "leaf-b-r0:11<->spine-1:2"}
+
+
+def test_with_ecmp_no_uplink_is_guessed_and_a_fast_probe_clears_the_shared_host() -> None:
+    routes = ProbeRoutes.from_topology(two_leaves(uplinks=2))
+    route = routes(probe(0, "h1", "h5", 400))
+    assert route is not None and route.ecmp and len(route.links) == 2  # access cables only
+    # h1's pairs across the leaves hashed onto a slow uplink; h1 -> h2 under its own leaf
+    # is fast, so h1's own cable is not what they share
+    seq = [probe(0, "h1", "h5", 230), probe(1, "h1", "h2", 396), probe(2, "h1", "h6", 231),
+           probe(3, "h1", "h7", 228)]
+    assert named(routes, seq) == []
+    # without the fast probe h1's cable is what the topology knows they share
+    assert [p for p, _, _ in named(routes, [seq[0], seq[2]])] == ["leaf-a-r0:1"]
+
+
+def test_route_book_keeps_a_cable_the_newest_snapshot_lost() -> None:
+    book = RouteBook()
+    full = two_leaves(uplinks=1)
+    book.update(full)
+    without_h1 = full.model_copy(update={"id": "t2", "ts": BASE + 10,
+                                         "links": full.links[1:]})
+    book.update(without_h1)  # h1's cable isolated: absent from discovery, still cabled
+    routes = book.get("lab")
+    assert routes is not None and routes(probe(0, "h1", "h5", 400)) is not None
+    book.update(without_h1)  # a redelivery changes nothing
+    assert book.get("lab") is routes
+
+
+def test_a_probe_is_routed_by_the_newest_snapshot_before_it() -> None:
+    """As replay reads a file: a probe stamped with (or before) a snapshot's time was
+    routed without it, even when the worker read the snapshot back first."""
+    book = RouteBook()
+    book.update(two_leaves(uplinks=1))  # at BASE
+    assert book.get("lab", BASE) is None and book.get("lab", BASE + 1) is not None
+    first = book.get("lab", BASE + 1)
+    book.update(two_leaves(uplinks=2).model_copy(update={"id": "t2", "ts": BASE + 100}))
+    assert book.get("lab", BASE + 100) is first
+    later = book.get("lab", BASE + 101)
+    assert later is not None and later is not first
+
+
+def test_engine_routes_probes_by_the_topology_it_has_seen() -> None:
+    fabric = generate(Params(sus=1, nodes_per_su=4, rails=2, spines_per_su=2, fabric="lab"))
+    seq = [probe(0, "node0001", "node0002", 240, rail=1),
+           probe(1, "node0002", "node0003", 238, rail=1)]
+    before = Engine(POLICY)
+    assert [d.action.value for p in seq for d in before.feed(p)
+            if d.evidence.get("localised")] == ["ticket"]  # endpoints: a lead only
+    engine = Engine(POLICY)
+    engine.feed(fabric.to_topology(BASE - 1000))
+    localised = [d for p in seq for d in engine.feed(p) if d.evidence.get("localised")]
+    assert [(d.device.startswith("leaf-su01-r1"), d.action.value) for d in localised] == [
+        (True, "isolate_port")]
+    assert localised[0].evidence["by"] == "paths"
+
+
+@settings(max_examples=25, deadline=None)
+@given(sus=st.integers(1, 3), nodes=st.integers(1, 4), rails=st.integers(1, 2),
+       spines=st.integers(1, 3), seed=st.integers(0, 10_000))
+def test_known_cables_are_on_the_path_the_simulator_routes(sus: int, nodes: int, rails: int,
+                                                           spines: int, seed: int) -> None:
+    """Whatever the fat tree, every cable a route says the probe crosses is on the path the
+    simulator's ECMP hash actually took, and a route without ECMP is that whole path."""
+    import random
+
+    from sim.telemetry import Simulator
+
+    params = Params(sus=sus, nodes_per_su=nodes, rails=rails, radix=8, core=sus > 1,
+                    spines_per_su=min(spines, nodes), fabric="lab")
+    try:
+        params.check()
+    except TopologyError:
+        assume(False)  # not a fabric (too few spine ports for the uplinks)
+    fabric = generate(params)
+    sim = Simulator(fabric, start_ms=BASE)
+    routes = ProbeRoutes.from_topology(fabric.to_topology(BASE))
+    rng = random.Random(seed)
+    for _ in range(10):
+        a, b = rng.sample(fabric.nodes, 2) if len(fabric.nodes) > 1 else (fabric.nodes[0],) * 2
+        rail = rng.randrange(rails)
+        route = routes(probe(0, a, b, 400, rail=rail))
+        assert route is not None
+        taken = set(sim.path_ports(a, b, rail))
+        for key, port in route.links:
+            x, y = key.split("<->")
+            assert {x, y} <= taken, (key, sorted(taken))
+            assert port in (x, y) and "/" not in port.rpartition(":")[0]  # a switch end
+        if not route.ecmp:
+            assert {e for key, _ in route.links for e in key.split("<->")} == taken
