@@ -16,10 +16,14 @@ here, so a field another change adds is covered or loudly not.
 from __future__ import annotations
 
 import math
+import os
 import time
 import types
 import typing
-from typing import Any, Union
+from collections.abc import Callable
+from functools import partial
+from operator import is_not, itemgetter
+from typing import Any, NamedTuple, Union
 
 from annotated_types import Ge, MaxLen, MinLen
 from pydantic.fields import FieldInfo
@@ -144,9 +148,13 @@ _DEFAULTS: dict[str, Any] = {name: info.default for name, info in PortSample.mod
                              if not info.is_required()}
 _ENVELOPE = frozenset(Counters.model_fields)
 _ENVELOPE_FAST = frozenset({"v", "id", "ts", "fabric", "source", "kind", "device", "ports"})
-ENABLED = (bool(FAST_FIELDS) and _ENVELOPE == _ENVELOPE_FAST
-           and _validators(Counters) == _KNOWN_VALIDATORS[Counters]
-           and "port" in FAST_FIELDS and FAST_FIELDS["port"][0] == INT)
+# Whether the models are still the ones the checks here reproduce.
+SUPPORTED = (bool(FAST_FIELDS) and _ENVELOPE == _ENVELOPE_FAST
+             and _validators(Counters) == _KNOWN_VALIDATORS[Counters]
+             and "port" in FAST_FIELDS and FAST_FIELDS["port"][0] == INT)
+# FABRICWATCH_FAST_COUNTERS=0 sends every message through model_validate (the same answers,
+# slower): an escape hatch, and how the benchmarks measure before and after in one run.
+ENABLED = SUPPORTED and os.environ.get("FABRICWATCH_FAST_COUNTERS", "1") != "0"
 
 _new = object.__new__
 _set = object.__setattr__
@@ -199,37 +207,156 @@ def decode_counters(obj: dict[str, Any]) -> Counters | None:
     return msg
 
 
+class _Shape(NamedTuple):
+    """How to check samples with one exact key order (a collector sends one shape)."""
+
+    counts: Callable[[dict[str, Any]], tuple[Any, ...]] | None  # the NN_INT values
+    others: tuple[tuple[str, int, int, int], ...]  # (name, kind, min len, max len)
+    extras: tuple[str, ...]  # names that are not model fields (kept as extras)
+    # A whole message of this shape checked column by column (None: sample by sample):
+    # the getter of every field value in ``kinds`` order.
+    columns: Callable[[dict[str, Any]], tuple[Any, ...]] | None
+    kinds: tuple[tuple[int, int, int], ...]  # (kind, min len, max len) per column
+
+
+_SHAPES: dict[tuple[str, ...], _Shape | None] = {}
+_MAX_SHAPES = 4096  # beyond that a new shape is judged each time (no unbounded cache)
+
+
+def _shape(keys: tuple[str, ...]) -> _Shape | None:
+    """The check plan for samples with these keys, None when one needs the model."""
+    counts: list[str] = []
+    others: list[tuple[str, int, int, int]] = []
+    extras: list[str] = []
+    for name in keys:
+        kind = _KIND.get(name)
+        if kind is None:
+            if name in _MODEL_FIELDS or name in _TAKEN or name.startswith("_"):
+                return None  # a model field the fast path does not know, or a clash
+            extras.append(name)
+        elif kind == NN_INT:
+            counts.append(name)
+        elif name != "port":
+            low, high = _LIMITS[name]
+            others.append((name, kind, low, high))
+    getter: Callable[[dict[str, Any]], tuple[Any, ...]] | None = None
+    if len(counts) == 1:
+        only = counts[0]
+        getter = lambda sample: (sample[only],)  # noqa: E731  # itemgetter of one is no tuple
+    elif counts:
+        getter = itemgetter(*counts)
+    # Columns for messages of one shape: only the kinds a column check covers (a sample's
+    # own device and counter_bits need the sample-by-sample check).
+    fields = [name for name in keys if name in _KIND]
+    columns: Callable[[dict[str, Any]], tuple[Any, ...]] | None = None
+    kinds: tuple[tuple[int, int, int], ...] = ()
+    if len(fields) > 1 and not extras and all(
+            _KIND[name] in (NN_INT, INT, NN_FLOAT, FLOAT, TEXT) for name in fields):
+        columns = itemgetter(*fields)
+        kinds = tuple((_KIND[name], *_LIMITS[name]) for name in fields)
+    return _Shape(getter, tuple(others), tuple(extras), columns, kinds)
+
+
+def _plan(keys: tuple[str, ...]) -> _Shape | None:
+    try:
+        return _SHAPES[keys]
+    except KeyError:
+        shape = _shape(keys)
+        if len(_SHAPES) < _MAX_SHAPES:
+            _SHAPES[keys] = shape
+        return shape
+
+
+_COUNT_TYPES = frozenset({int, type(None)})
+_INT_TYPE = frozenset({int})
+
+
+_FLOAT_TYPES = frozenset({float, type(None)})
+_TEXT_TYPES = frozenset({str, type(None)})
+_not_none = partial(is_not, None)
+
+
 def _samples(ports: list[Any], limit: int) -> list[PortSample] | None:
-    kinds = _KIND
-    limits = _LIMITS
-    model_fields = _MODEL_FIELDS
+    """The samples as PortSample objects, or None when one of them needs the model."""
+    if not ports:
+        return []
+    first = ports[0]
+    if first.__class__ is not dict:
+        return None
+    keys = tuple(first)
+    shape = _SHAPES.get(keys) or _plan(keys)
+    if shape is None:
+        return None
+    if shape.columns is None or not _columns_ok(ports, keys, shape, limit):
+        return _each(ports, limit)
+    defaults = _DEFAULTS
+    out: list[PortSample] = []
+    for sample in ports:
+        s = _new(PortSample)
+        _set(s, "__dict__", {**defaults, **sample})  # field order, as pydantic's __dict__
+        _set(s, "__pydantic_fields_set__", set(keys))  # extras count as set, as in pydantic
+        _set(s, "__pydantic_extra__", {})
+        _set(s, "__pydantic_private__", None)
+        out.append(s)
+    return out
+
+
+def _columns_ok(ports: list[Any], keys: tuple[str, ...], shape: _Shape, limit: int) -> bool:
+    """Whether every sample has exactly ``keys`` and every column passes its field's check,
+    each check one C-level pass over the column. False: check sample by sample instead."""
+    for sample in ports:
+        if sample.__class__ is not dict or tuple(sample) != keys:
+            return False
+    assert shape.columns is not None  # noqa: S101 - the caller checked
+    counts: list[Any] = []
+    for column, (kind, low, high) in zip(zip(*map(shape.columns, ports), strict=True), shape.kinds,
+                                         strict=True):
+        if kind == NN_INT:
+            counts.extend(column)
+        elif kind == INT:  # the port: required, so never None
+            if not (_INT_TYPE.issuperset(map(type, column)) and min(column) >= 0
+                    and max(column) <= limit):
+                return False
+        elif kind == TEXT:
+            if not _TEXT_TYPES.issuperset(map(type, column)):
+                return False
+            lengths = list(map(len, filter(_not_none, column)))
+            if lengths and (min(lengths) < low or (high >= 0 and max(lengths) > high)):
+                return False
+        else:  # NN_FLOAT, FLOAT: a JSON integer there is converted, sample by sample
+            if not _FLOAT_TYPES.issuperset(map(type, column)):
+                return False
+            present = list(filter(_not_none, column))
+            # a sum of finite floats is finite unless it overflows: then ask sample by sample
+            if present and (not math.isfinite(sum(present))
+                            or (kind == NN_FLOAT and min(present) < 0)):
+                return False
+    return not counts or (_COUNT_TYPES.issuperset(map(type, counts))
+                          and min(filter(None, counts), default=0) >= 0
+                          and max(filter(None, counts), default=0) <= _MAX_INT)
+
+
+def _each(ports: list[Any], limit: int) -> list[PortSample] | None:
+    """Sample by sample: mixed shapes, a sample's own device, counter_bits, extras."""
     defaults = _DEFAULTS
     isfinite = math.isfinite
     out: list[PortSample] = []
+    counts: list[Any] = []  # every NN_INT value of the message, checked at once below
     seen: set[tuple[str, int]] | None = None
     for sample in ports:
         if sample.__class__ is not dict:
             return None
-        extra: dict[str, Any] | None = None
-        for name, value in sample.items():
-            kind = kinds.get(name)
-            if kind == NN_INT:
-                if value is None or (value.__class__ is int and 0 <= value <= _MAX_INT):
-                    continue
-                return None
-            if kind is None:
-                if name in model_fields or name in _TAKEN or name.startswith("_"):
-                    return None  # a model field the fast path does not know, or a clash
-                if extra is None:
-                    extra = {}
-                extra[name] = value
-            elif value is None:
+        keys = tuple(sample)
+        shape = _SHAPES.get(keys) or _plan(keys)
+        if shape is None:
+            return None
+        if shape.counts is not None:
+            counts.extend(shape.counts(sample))
+        for name, kind, low, high in shape.others:
+            value = sample[name]
+            if value is None:
                 continue
-            elif kind == INT:
-                if value.__class__ is not int or not -_MAX_INT <= value <= _MAX_INT:
-                    return None
-            elif kind == TEXT or kind == DEVICE:
-                low, high = limits[name]
+            if kind == TEXT or kind == DEVICE:
                 if (value.__class__ is not str or len(value) < low
                         or (high >= 0 and len(value) > high)
                         or (kind == DEVICE and not _device_ok(value))):
@@ -253,6 +380,9 @@ def _samples(ports: list[Any], limit: int) -> list[PortSample] | None:
                     if k.__class__ is not str or bits.__class__ is not int \
                             or not -_MAX_INT <= bits <= _MAX_INT:
                         return None
+            elif kind == INT:
+                if value.__class__ is not int or not -_MAX_INT <= value <= _MAX_INT:
+                    return None
             else:
                 return None
         port = sample.get("port")
@@ -266,21 +396,29 @@ def _samples(ports: list[Any], limit: int) -> list[PortSample] | None:
             elif where in seen:
                 return None
             seen.add(where)
-        values = dict(defaults)
-        if extra is None:
-            values.update(sample)
-            extra = {}
-        else:
+        extra: dict[str, Any]
+        if shape.extras:
+            values = dict(defaults)
+            extra = {name: sample[name] for name in shape.extras}
             for name, value in sample.items():
-                if name in model_fields:
+                if name not in extra:
                     values[name] = value
+        else:
+            values = {**defaults, **sample}  # field order, as pydantic's __dict__
+            extra = {}
         s = _new(PortSample)
         _set(s, "__dict__", values)
-        _set(s, "__pydantic_fields_set__", set(sample))  # extras count as set, as in pydantic
+        _set(s, "__pydantic_fields_set__", set(keys))  # extras count as set, as in pydantic
         _set(s, "__pydantic_extra__", extra)
         _set(s, "__pydantic_private__", None)
         out.append(s)
+    # The counters of the whole message at once, in C: each None or an int in 0..2**64-1
+    # (bool is not int here: its class is bool). filter(None) drops None and zeros.
+    if counts and not (_COUNT_TYPES.issuperset(map(type, counts))
+                       and min(filter(None, counts), default=0) >= 0
+                       and max(filter(None, counts), default=0) <= _MAX_INT):
+        return None
     return out
 
 
-__all__ = ["ENABLED", "FAST_FIELDS", "decode_counters"]
+__all__ = ["ENABLED", "FAST_FIELDS", "SUPPORTED", "decode_counters"]
