@@ -173,7 +173,7 @@ def _text(obj: dict[str, Any], name: str, low: int, high: int) -> bool:
 
 def decode_counters(obj: dict[str, Any]) -> Counters | None:
     """``Counters.model_validate(obj)`` for a message surely valid, else None (ask the model)."""
-    if not ENABLED:
+    if not ENABLED or obj.get("kind") != "counters":
         return None
     v = obj.get("v", 1)
     ts = obj.get("ts")
