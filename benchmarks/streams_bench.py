@@ -46,6 +46,7 @@ from benchmarks._machine import save_and_print  # noqa: E402
 from schemas import ContractError, PortEvent, decode  # noqa: E402
 
 PORTS_PER_DEVICE = 64
+BARE_CPU = [0.0, 0.0]  # the bare consumer's process CPU seconds at its first and last batch
 FABRICWATCH = str(Path(sys.executable).parent / "fabricwatch")
 
 
@@ -107,6 +108,14 @@ async def produce_counters(bootstrap: str, devices: list[str], intervals: int,
     return n
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process and its children that have exited
+    (/proc/<pid>/stat): on a shared box the rate per CPU-second holds where wall time
+    does not."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return sum(int(v) for v in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
 async def bare_throughput(bootstrap: str, total: int) -> tuple[float, int]:
     consumer = AIOKafkaConsumer("fabric.counters", bootstrap_servers=bootstrap,
                                 auto_offset_reset="earliest", group_id=None,
@@ -120,6 +129,7 @@ async def bare_throughput(bootstrap: str, total: int) -> tuple[float, int]:
             batch = await consumer.getmany(timeout_ms=500, max_records=2000)
             if t0 is None and batch:
                 t0 = time.perf_counter()
+                BARE_CPU[0] = time.process_time()
             for records in batch.values():
                 for r in records:
                     seen += 1
@@ -129,6 +139,7 @@ async def bare_throughput(bootstrap: str, total: int) -> tuple[float, int]:
                         continue  # the worker dead-letters these; counted as messages
                     samples += len(getattr(ev, "ports", ()))
         assert t0 is not None
+        BARE_CPU[1] = time.process_time()
         return time.perf_counter() - t0, samples
     finally:
         await consumer.stop()
@@ -315,6 +326,7 @@ async def run(args: argparse.Namespace, state: Path, bootstrap: str) -> dict[str
                         workers=args.workers)
     try:
         ready = await asyncio.to_thread(worker.wait_ready)
+        cpu0 = cpu_seconds(worker.proc.pid)
         while True:
             done = await committed_total(bootstrap, app_id, tps)
             if done >= end_total:
@@ -323,6 +335,7 @@ async def run(args: argparse.Namespace, state: Path, bootstrap: str) -> dict[str
                 raise RuntimeError(worker.log.read_bytes()[-3000:].decode(errors="replace"))
             await asyncio.sleep(0.2)
         worker_s = time.perf_counter() - ready
+        worker_cpu = cpu_seconds(worker.proc.pid) - cpu0
         latency = await latency_phase(bootstrap, devices, args.latency_traps,
                                       args.trap_rate, base)
     finally:
@@ -340,6 +353,11 @@ async def run(args: argparse.Namespace, state: Path, bootstrap: str) -> dict[str
         "port_samples_per_s": round(worker_rate),
         "bare_port_samples_per_s": round(bare_rate),
         "ratio_to_bare": round(worker_rate / bare_rate, 3),
+        # per CPU-second of each: what the rates would be with a core to themselves
+        "port_samples_per_cpu_s": round(samples / max(worker_cpu, 1e-9)),
+        "bare_port_samples_per_cpu_s": round(samples / max(BARE_CPU[1] - BARE_CPU[0], 1e-9)),
+        "ratio_to_bare_per_cpu_s": round((BARE_CPU[1] - BARE_CPU[0]) / max(worker_cpu, 1e-9),
+                                         3),
         "worker_catch_up_s": round(worker_s, 2),
         "target_port_samples_per_s": len(devices) * PORTS_PER_DEVICE / 10,
         "headroom_vs_target": round(worker_rate / (len(devices) * PORTS_PER_DEVICE / 10), 2),

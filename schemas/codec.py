@@ -1,5 +1,9 @@
 """The one codec for every byte on the wire: orjson out, orjson + pydantic in.
 
+Counters messages, the bulk of the traffic, are checked by ``schemas.fast_counters`` against
+the same rules without a pydantic validation per sample; whatever that check is not sure of
+goes through ``model_validate``, so every error and dead-letter reason is pydantic's own.
+
 ``decode`` raises only ``ContractError``, whatever the bytes: the consumer then dead-letters
 the message with ``dead_letter(...)`` and carries on.
 """
@@ -14,7 +18,8 @@ import orjson
 from pydantic import BaseModel, ValidationError
 
 from schemas.errors import ContractError
-from schemas.events import EVENT_MODELS, FIELD_ERROR_MARK, DeadLetter, Event
+from schemas.events import EVENT_MODELS, FIELD_ERROR_MARK, Counters, DeadLetter, Event
+from schemas.fast_counters import decode_counters
 
 _OPTS = orjson.OPT_NON_STR_KEYS
 
@@ -57,6 +62,10 @@ def decode_obj(obj: Any) -> Event:
     if model is None:
         raise ContractError(f"unknown kind {str(kind)[:64]!r}; expected one of "
                             f"{', '.join(EVENT_MODELS)}", "kind")
+    if model is Counters:  # the hot path: no model validation per sample when surely valid
+        fast = decode_counters(obj)
+        if fast is not None:
+            return fast
     try:
         return model.model_validate(obj)  # type: ignore[return-value]
     except ValidationError as exc:
