@@ -204,7 +204,9 @@ class StreamsApp:
             existing = set(await admin.list_topics())
             # a contract topic stamps records with the broker's receive time, as the local
             # stack creates them (schemas.acceptance)
-            missing = [NewTopic(name, n, 1, topic_configs={"cleanup.policy": "compact"}
+            # as many replicas as the internal topics Faust creates (3 on a cluster)
+            replicas = self.settings.streams.topic_replication_factor
+            missing = [NewTopic(name, n, replicas, topic_configs={"cleanup.policy": "compact"}
                                 if name in compacted else dict(TIMESTAMP_CONFIG)
                                 if name in contract else {})
                        for name, n in wanted.items() if name not in existing]
