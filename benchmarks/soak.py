@@ -52,8 +52,7 @@ from runtime.settings import KafkaSettings, LedgerSettings, Settings, TemporalSe
 
 log = logging.getLogger("soak")
 # What a Faust worker logs when partitions move to it and it rebuilds their tables.
-TAKEOVER_MARKS = ("Restoring state from changelog", "Recovery", "Assigned partitions",
-                  "assigned")
+TAKEOVER_MARKS = ("Setting newly assigned partitions", "Restoring state from changelog")
 
 
 @dataclass
