@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import random
 import shutil
@@ -110,6 +111,7 @@ async def read_topic(bootstrap: str, topic: str) -> list[bytes]:
     await consumer.start()
     out: list[bytes] = []
     try:
+        await consumer.topics()  # loads the metadata partitions_for_topic reads
         parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic)
                                                           or ())]
         if not parts:
@@ -131,7 +133,9 @@ async def read_topic(bootstrap: str, topic: str) -> list[bytes]:
         if pending:
             raise RuntimeError(f"could not read {topic} to its end: {sorted(map(str, pending))}")
     finally:
-        await consumer.stop()
+        # aiokafka's stop awaits the group-less coordinator's task it has just cancelled
+        with contextlib.suppress(asyncio.CancelledError):
+            await consumer.stop()
     return out
 
 
@@ -156,6 +160,7 @@ def sim_stats(log_path: Path) -> dict[str, Any] | None:
 
 
 def ledger_counts(cluster: LocalCluster, fabric: str) -> tuple[int, int]:
+    """Rows of the fabric's counter samples in the ledger, and distinct (device, port, ts)."""
     with cluster.ledger_client() as client:
         row = client.query(  # type: ignore[attr-defined]
             "SELECT count() AS n, uniqExact(device, port, ts) AS d FROM counter_samples "

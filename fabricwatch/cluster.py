@@ -312,6 +312,10 @@ class LocalCluster:
         self._spawn(name, argv, env, self.state_dir)
 
     def _spawn(self, name: str, args: list[str], env: dict[str, str], cwd: Path) -> None:
+        old = self._procs.pop(name, None)
+        if old is not None:  # it exited on its own: reap it before its successor starts
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                old.wait(timeout=5)
         log = self.log_path(name)
         stamp = datetime.now(UTC).isoformat(timespec="seconds")
         with open(log, "ab") as out:
