@@ -322,6 +322,7 @@ def soak(opts: SoakOptions) -> dict[str, Any]:
             "no_unexpected_exits": not run.unexpected_exits,
         }
         figures["ok"] = all(checks.values())
+        log.info("checks %s; samples %s; summary %s", checks, figures["counter_samples"], summary)
     finally:
         cluster.down()
         figures["pids"] = list(cluster.spawned)

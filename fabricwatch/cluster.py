@@ -377,6 +377,9 @@ class LocalCluster:
         pgid = proc.pid if proc is not None else record.pid if record is not None else 0
         if alive or (record is not None and group_members(pgid)):
             stop_group(pgid, proc, grace_s=grace_s)
+        if proc is not None:  # the group can look empty (a zombie leader) before poll() saw it
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=5)
         self._record_path(name).unlink(missing_ok=True)
         return alive
 

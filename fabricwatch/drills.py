@@ -144,10 +144,10 @@ class Tally:
             "faults_detected": detected,
             "faults_missed": [f.spec for f in self.faults if not f.detected],
             "duplicate_detections": sum(f.extra_per_episode for f in self.faults),
-            "episodes_per_fault": dict(Counter(f.episodes for f in self.faults)),
-            "runbooks_per_fault": dict(Counter(f.runbooks for f in self.faults)),
-            "isolates_per_cable": dict(Counter(f.isolates for f in self.faults)),
-            "unisolates_per_cable": dict(Counter(f.unisolates for f in self.faults)),
+            "episodes_per_fault": _counts(f.episodes for f in self.faults),
+            "runbooks_per_fault": _counts(f.runbooks for f in self.faults),
+            "isolates_per_cable": _counts(f.isolates for f in self.faults),
+            "unisolates_per_cable": _counts(f.unisolates for f in self.faults),
             "detection_messages": self.detection_messages,
             "distinct_detections": self.distinct_detections,
             "redelivered_copies": self.redelivered,
@@ -222,3 +222,8 @@ def samples_verdict(published: int, ledger_rows: int, ledger_distinct: int) -> d
             "doubled": max(ledger_rows - ledger_distinct, 0),
             "unexplained": max(ledger_distinct - published, 0),
             "ok": published == ledger_distinct == ledger_rows}
+
+
+def _counts(values: Iterable[int]) -> dict[str, int]:
+    """How many faults had each value (JSON keys are strings): {"0": 2, "1": 9}."""
+    return {str(k): n for k, n in sorted(Counter(values).items())}
