@@ -38,6 +38,7 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from fabricwatch.cluster import ClusterOptions, LocalCluster  # noqa: E402
+from fabricwatch.demo.watch import topic_partitions  # noqa: E402
 from fabricwatch.drills import (  # noqa: E402
     CHAOS_TARGETS,
     Cable,
@@ -111,11 +112,10 @@ async def read_topic(bootstrap: str, topic: str) -> list[bytes]:
     await consumer.start()
     out: list[bytes] = []
     try:
-        await consumer.topics()  # loads the metadata partitions_for_topic reads
-        parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic)
-                                                          or ())]
-        if not parts:
-            return out
+        parts = [TopicPartition(topic, p) for p in sorted(await topic_partitions(consumer,
+                                                                                topic))]
+        if not parts:  # fail closed: a count of nothing read must not pass as "none there"
+            raise RuntimeError(f"{topic} has no partitions the consumer can see")
         consumer.assign(parts)
         await consumer.seek_to_beginning(*parts)
         ends = await consumer.end_offsets(parts)
