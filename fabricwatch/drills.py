@@ -160,12 +160,14 @@ class Tally:
 
 def tally(injected: Sequence[tuple[PlannedFault, int]], detections: Iterable[Mapping[str, Any]],
           *, fabric: str, runbook_runs: Mapping[str, int] | None = None,
-          commands: Iterable[Mapping[str, Any]] = ()) -> Tally:
+          commands: Iterable[Mapping[str, Any]] = (), slack_ms: int = 1000) -> Tally:
     """Count ``detections`` (decoded ``fabric.detections`` messages) against the faults
     injected (each with the wall-clock ms it was injected at).
 
     A detection proves a fault when it is of the expected kind, on either end of the fault's
-    cable, and not before the injection. ``runbook_runs`` maps a workflow id to its number of
+    cable, and not before the injection less ``slack_ms`` (a simulator step is stamped up to
+    its end, which can be a sampling interval behind the wall clock it is sent at: give the
+    interval). ``runbook_runs`` maps a workflow id to its number of
     runs; ``commands`` is the simulated controller's log (op, key, changed).
     """
     out = Tally()
@@ -198,7 +200,7 @@ def tally(injected: Sequence[tuple[PlannedFault, int]], detections: Iterable[Map
         expected = EXPECTED[planned.kind]
         ends = planned.cable.ends
         matched = [d for end in sorted(ends) for d in by_end.get((expected, end), [])
-                   if int(d.get("ts", 0)) >= injected_ms - 1000]
+                   if int(d.get("ts", 0)) >= injected_ms - slack_ms]
         episodes: dict[str, set[str]] = defaultdict(set)
         for det in matched:
             episodes[str(det.get("episode"))].add(str(det.get("id")))
