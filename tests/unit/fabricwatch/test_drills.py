@@ -78,6 +78,13 @@ def test_tally_counts_episodes_duplicates_redeliveries_runbooks_and_commands() -
     assert (out.detection_messages, out.distinct_detections, out.redelivered) == (6, 5, 1)
 
 
+def test_a_detection_stamped_within_the_slack_before_the_injection_counts() -> None:
+    fault = PlannedFault(30, "degraded_width", CABLES[0])
+    early = [_det("d1", "degraded_link", sorted(CABLES[0].ends)[0], 20_000, "e1")]
+    assert not tally([(fault, 23_100)], early, fabric="f").faults[0].detected
+    assert tally([(fault, 23_100)], early, fabric="f", slack_ms=11_000).faults[0].detected
+
+
 def test_samples_verdict() -> None:
     assert samples_verdict(100, 100, 100)["ok"]
     lost = samples_verdict(100, 98, 98)
