@@ -122,7 +122,8 @@ class FaultOutcome:
     detected: bool = False
     episodes: int = 0
     detections: int = 0  # distinct detection ids
-    extra_per_episode: int = 0  # distinct ids beyond one per episode: duplicates
+    extra_per_episode: int = 0  # distinct ids beyond one per episode and source: duplicates
+    second_source: int = 0  # episodes reported by a second source as well (see tally)
     first_detection_s: float | None = None  # after the injection
     runbooks: int = 0  # runs of the cable's runbook
     isolates: int = 0  # isolate commands that changed the controller (either end)
@@ -144,6 +145,7 @@ class Tally:
             "faults_detected": detected,
             "faults_missed": [f.spec for f in self.faults if not f.detected],
             "duplicate_detections": sum(f.extra_per_episode for f in self.faults),
+            "episodes_from_two_sources": sum(f.second_source for f in self.faults),
             "episodes_per_fault": _counts(f.episodes for f in self.faults),
             "runbooks_per_fault": _counts(f.runbooks for f in self.faults),
             "isolates_per_cable": _counts(f.isolates for f in self.faults),
@@ -201,15 +203,23 @@ def tally(injected: Sequence[tuple[PlannedFault, int]], detections: Iterable[Map
         ends = planned.cable.ends
         matched = [d for end in sorted(ends) for d in by_end.get((expected, end), [])
                    if int(d.get("ts", 0)) >= injected_ms - slack_ms]
+        # A duplicate is a second detection of one episode from the same source: the
+        # degraded-link detector reports an episode once from the counters path and once
+        # from the topology snapshot (evidence.source), by design; those are counted apart.
         episodes: dict[str, set[str]] = defaultdict(set)
+        sources: dict[tuple[str, str], set[str]] = defaultdict(set)
         for det in matched:
             episodes[str(det.get("episode"))].add(str(det.get("id")))
+            evidence = det.get("evidence")
+            source = str(evidence.get("source", "")) if isinstance(evidence, Mapping) else ""
+            sources[(str(det.get("episode")), source)].add(str(det.get("id")))
         first = min((int(d.get("ts", 0)) for d in matched), default=None)
         out.faults.append(FaultOutcome(
             spec=planned.spec, kind=planned.kind, expected=expected, injected_ms=injected_ms,
             ends=sorted(ends), detected=bool(matched), episodes=len(episodes),
             detections=sum(len(ids) for ids in episodes.values()),
-            extra_per_episode=sum(len(ids) - 1 for ids in episodes.values()),
+            extra_per_episode=sum(len(ids) - 1 for ids in sources.values()),
+            second_source=len(sources) - len(episodes),
             first_detection_s=None if first is None else round((first - injected_ms) / 1000, 1),
             runbooks=sum(n for wf, n in runs.items() if wf.endswith(planned.cable.workflow_id)),
             isolates=sum(isolates[e] for e in ends), unisolates=sum(unisolates[e] for e in ends)))

@@ -85,6 +85,20 @@ def test_a_detection_stamped_within_the_slack_before_the_injection_counts() -> N
     assert tally([(fault, 23_100)], early, fabric="f", slack_ms=11_000).faults[0].detected
 
 
+def test_one_episode_from_the_counters_path_and_the_topology_is_not_a_duplicate() -> None:
+    fault = PlannedFault(30, "degraded_width", CABLES[0])
+    end = sorted(CABLES[0].ends)[0]
+    dets = [_det("d1", "degraded_link", end, 20_000, "e1"),
+            {**_det("d1/topology", "degraded_link", end, 20_000, "e1"),
+             "evidence": {"source": "topology"}}]
+    out = tally([(fault, 19_000)], dets, fabric="f").faults[0]
+    assert (out.episodes, out.detections, out.extra_per_episode, out.second_source) == (
+        1, 2, 0, 1)
+    again = tally([(fault, 19_000)], [*dets, _det("d2", "degraded_link", end, 21_000, "e1")],
+                  fabric="f").faults[0]
+    assert again.extra_per_episode == 1  # a second id from the same source is one
+
+
 def test_samples_verdict() -> None:
     assert samples_verdict(100, 100, 100)["ok"]
     lost = samples_verdict(100, 98, 98)
