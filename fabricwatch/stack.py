@@ -233,8 +233,8 @@ async def _wait_port(host: str, port: int) -> None:
         await writer.wait_closed()
 
 
-async def ensure_topics(bootstrap: str, partitions: dict[str, int]) -> None:
-    """Create each missing topic (replication 1); raise a short topic's partitions to the count."""
+async def ensure_topics(bootstrap: str, partitions: dict[str, int], replication: int = 1) -> None:
+    """Create each missing topic (``replication`` copies); raise a short topic's partitions."""
     from aiokafka.admin import (  # type: ignore[import-untyped]  # aiokafka ships no py.typed
         AIOKafkaAdminClient,
         NewPartitions,
@@ -253,7 +253,7 @@ async def ensure_topics(bootstrap: str, partitions: dict[str, int]) -> None:
         existing = set(await admin.list_topics())
         # LogAppendTime: a record's timestamp is the broker's receive time, the clock every
         # consumer bounds event time by (schemas.acceptance)
-        missing = [NewTopic(name, count, 1, topic_configs=dict(TIMESTAMP_CONFIG))
+        missing = [NewTopic(name, count, replication, topic_configs=dict(TIMESTAMP_CONFIG))
                    for name, count in partitions.items() if name not in existing]
         if missing:
             response = await admin.create_topics(missing)

@@ -251,3 +251,68 @@ def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
     finally:
         for sock in socks:
             sock.close()
+
+
+# --------------------------------------------------------------------------- the cluster
+
+CLUSTER_NODES = 3  # a KRaft quorum of three combined broker+controller nodes
+CLUSTER_REPLICATION = 3
+CLUSTER_MIN_INSYNC = 2
+# Three JVMs on a small shared machine: a loopback broker with a few dozen partitions runs in this.
+CLUSTER_HEAP = "-Xms128m -Xmx256m"
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterNode:
+    """One broker+controller of the loopback cluster."""
+
+    node_id: int
+    host: str
+    port: int
+    controller_port: int
+
+    @property
+    def name(self) -> str:
+        return f"kafka-{self.node_id}"
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+def cluster_nodes(kafka: KafkaSettings, count: int = CLUSTER_NODES,
+                  ports: list[tuple[int, int]] | None = None) -> list[ClusterNode]:
+    """The cluster's nodes: ``ports`` as (broker, controller) pairs, else node i (from 0) on
+    ``kafka.port + 2i`` and ``kafka.controller_port + 2i`` (19092/19093, 19094/19095, ...)."""
+    host = check_host(kafka.host)
+    if count < 1:
+        raise StackConfigError(f"a cluster needs at least one node, got {count}")
+    pairs = ports or [(kafka.port + 2 * i, kafka.controller_port + 2 * i) for i in range(count)]
+    if len(pairs) != count:
+        raise StackConfigError(f"{count} nodes need {count} port pairs, got {len(pairs)}")
+    nodes = [ClusterNode(i + 1, host, check_port(p, f"kafka-{i + 1} port"),
+                         check_port(c, f"kafka-{i + 1} controller port"))
+             for i, (p, c) in enumerate(pairs)]
+    every = [p for n in nodes for p in (n.port, n.controller_port)]
+    if len(set(every)) != len(every):
+        raise StackConfigError(f"the cluster's ports must all differ: {every}")
+    return nodes
+
+
+def cluster_bootstrap(nodes: Iterable[ClusterNode]) -> str:
+    return ",".join(n.address for n in nodes)
+
+
+def render_cluster_properties(node: ClusterNode, nodes: list[ClusterNode], data_dir: Path,
+                              template: str) -> str:
+    """One node's server.properties: static voters naming every controller of ``nodes``."""
+    if "\n" in str(data_dir) or "," in str(data_dir):
+        raise StackConfigError(f"state folder path cannot hold a newline or comma: {data_dir}")
+    voters = ",".join(f"{n.node_id}@{n.host}:{n.controller_port}" for n in nodes)
+    try:
+        return string.Template(template).substitute(
+            node_id=node.node_id, voters=voters, host=node.host, port=node.port,
+            controller_port=node.controller_port,
+            log_dirs=str(data_dir).replace("\\", "\\\\"), offsets_partitions=4)
+    except (KeyError, ValueError) as exc:
+        raise StackConfigError(f"the cluster.properties template is broken: {exc!r}") from exc

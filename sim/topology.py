@@ -104,6 +104,9 @@ PRESETS: dict[str, Params] = {
     # 39 SUs x 32 nodes = 1,248 nodes, 9,984 GPUs.
     "10k-gpu": Params(sus=39, nodes_per_su=32, rails=8, core=True, name="10k-gpu",
                       fabric="10k-gpu"),
+    # 7 SUs: 1,792 HCA + 3,584 leaf + 3,584 spine + 1,792 core = 10,752 ports (the soak's).
+    "10k-port": Params(sus=7, nodes_per_su=32, rails=8, core=True, name="10k-port",
+                       fabric="10k-port"),
     # 66 SUs: 16,896 HCA + 33,792 leaf + 33,792 spine + 16,896 core ports = 101,376.
     "100k-port": Params(sus=66, nodes_per_su=32, rails=8, core=True, name="100k-port",
                         fabric="100k-port"),

@@ -35,6 +35,7 @@ nothing and duplicates carry the same ``id``/``episode``.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
 import time
@@ -70,6 +71,7 @@ APP_ID = "fabricwatch-streams"  # also the consumer group and the internal topic
 # carries the snapshots of the fabrics hashed to it, the newest of each is what counts.
 ROUTE_SEED_MESSAGES = 16
 PINS_REFRESH_S = 60.0  # a pin a person just made is judged by within a minute
+ENSURE_TOPICS_S = 120.0  # how long a starting worker retries creating its topics
 
 
 def partitions_of(settings: Settings, topic: registry.Topic) -> int:
@@ -212,13 +214,6 @@ class StreamsApp:
         Faust declares only the topics its agents subscribe to by object; ours are sent to
         as well, and a consumer subscribed to a topic that does not exist yet only logs.
         """
-        from aiokafka.admin import (  # type: ignore[import-untyped]  # no py.typed there
-            AIOKafkaAdminClient,
-            NewTopic,
-        )
-
-        from schemas.acceptance import TIMESTAMP_CONFIG
-
         wanted = {self.counter_downs.get_topic_name(): self.n_port,
                   self.breaker.get_topic_name(): 1, self.correlate.get_topic_name(): 1}
         contract = set()
@@ -232,13 +227,39 @@ class StreamsApp:
             name = table.changelog_topic.get_topic_name()
             wanted[name] = table.partitions or self.n_port
             compacted.add(name)
+        # A worker (re)started while one broker of a cluster is down: the admin client may
+        # pick that broker for its requests and fail; another try reaches a live one.
+        from aiokafka.errors import KafkaError  # type: ignore[import-untyped]
+
+        deadline = time.monotonic() + ENSURE_TOPICS_S
+        while True:
+            try:
+                await self._create_topics(wanted, contract, compacted)
+                return
+            except KafkaError as exc:
+                if time.monotonic() > deadline:
+                    raise
+                log.warning("creating the topics failed (%r); trying again", exc)
+                await asyncio.sleep(2.0)
+
+    async def _create_topics(self, wanted: dict[str, int], contract: set[str],
+                             compacted: set[str]) -> None:
+        from aiokafka.admin import (  # type: ignore[import-untyped]  # no py.typed there
+            AIOKafkaAdminClient,
+            NewTopic,
+        )
+
+        from schemas.acceptance import TIMESTAMP_CONFIG
+
         admin = AIOKafkaAdminClient(bootstrap_servers=self.settings.kafka.bootstrap_servers)
         await admin.start()
         try:
             existing = set(await admin.list_topics())
             # a contract topic stamps records with the broker's receive time, as the local
             # stack creates them (schemas.acceptance)
-            missing = [NewTopic(name, n, 1, topic_configs={"cleanup.policy": "compact"}
+            # as many replicas as the internal topics Faust creates (3 on a cluster)
+            replicas = self.settings.streams.topic_replication_factor
+            missing = [NewTopic(name, n, replicas, topic_configs={"cleanup.policy": "compact"}
                                 if name in compacted else dict(TIMESTAMP_CONFIG)
                                 if name in contract else {})
                        for name, n in wanted.items() if name not in existing]
