@@ -50,8 +50,16 @@ def _pod_gpus(spec: Mapping[str, Any], resource: str) -> int:
     return total
 
 
+def _time_ms(value: Any, where: str) -> int:
+    """A pod's RFC 3339 time as epoch ms; a time the API would never send is a ParseError."""
+    try:
+        return ts_to_ms(value)
+    except ValueError as exc:
+        raise ParseError(None, None, f"{where}: {exc}") from None
+
+
 def _finished_ms(status: Mapping[str, Any]) -> int | None:
-    ends = [ts_to_ms(state["terminated"]["finishedAt"])
+    ends = [_time_ms(state["terminated"]["finishedAt"], "containerStatuses.finishedAt")
             for cs in status.get("containerStatuses") or []
             if isinstance(state := cs.get("state"), dict)
             and isinstance(state.get("terminated"), dict)
@@ -99,7 +107,7 @@ def placements_from_pods(pod_list: Mapping[str, Any], *, job_label: str, fabric:
             host = host_name(node, strip_domain=strip_domain)
             nodes[host] = nodes.get(host, 0) + _pod_gpus(spec, gpu_resource)
             if status.get("startTime"):
-                starts.append(ts_to_ms(status["startTime"]))
+                starts.append(_time_ms(status["startTime"], "status.startTime"))
             if phase in _DONE and (finished := _finished_ms(status)) is not None:
                 ends.append(finished)
         if not nodes:

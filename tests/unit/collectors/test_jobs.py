@@ -269,6 +269,14 @@ def test_bad_pod_lists_are_parse_errors() -> None:
                              job_label=LABEL, fabric="f", ts=TS)
     with pytest.raises(ParseError, match="job-label"):
         parse_input("k8s-pods", orjson.dumps(_pod_list()), IngestOptions(fabric="f", ts=TS))
+    # a time that is not RFC 3339 (hypothesis found one digit dropped from a start time)
+    bad_start = _pod("a", "n1", "Running")
+    bad_start["status"]["startTime"] = "2026011-30T22:00:00Z"
+    with pytest.raises(ParseError, match="status.startTime"):
+        placements_from_pods(_pod_list(bad_start), job_label=LABEL, fabric="f", ts=TS)
+    with pytest.raises(ParseError, match="finishedAt"):
+        placements_from_pods(_pod_list(_pod("a", "n1", "Succeeded", finished="yesterday")),
+                             job_label=LABEL, fabric="f", ts=TS)
 
 
 class _ApiServer(http.server.BaseHTTPRequestHandler):
