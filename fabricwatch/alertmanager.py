@@ -25,7 +25,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from fabricwatch.gobuild import BIN, CACHE, BUILD_TIMEOUT_S, GoBuild, GoBuildError, binary_from_env
+from fabricwatch.gobuild import BIN, BUILD_TIMEOUT_S, CACHE, GoBuild, GoBuildError, binary_from_env
 from fabricwatch.procs import ChildProcess
 
 VERSION = "v0.35.0"
