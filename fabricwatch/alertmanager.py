@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -26,14 +25,12 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from fabricwatch.gobuild import BIN, BUILD_TIMEOUT_S, CACHE, GoBuild, GoBuildError, binary_from_env
 from fabricwatch.procs import ChildProcess
 
 VERSION = "v0.35.0"
 MODULE = "github.com/prometheus/alertmanager"
-ROOT = Path(__file__).resolve().parents[1]
-CACHE = ROOT / ".gocache"  # ignored by git
-BINARY = CACHE / "bin" / f"alertmanager-{VERSION}"
-BUILD_TIMEOUT_S = 1800  # a first build on a loaded 2-core machine: modules + compile
+BINARY = BIN / f"alertmanager-{VERSION}"
 
 # one route to a receiver with no integrations: alerts are held and listed, sent nowhere
 CONFIG = """\
@@ -52,76 +49,39 @@ class AlertmanagerUnavailable(RuntimeError):
     """No Alertmanager binary, or it cannot be built or started here."""
 
 
-def go_tool() -> str | None:
-    found = shutil.which("go")
-    if found:
-        return found
-    return "/usr/local/go/bin/go" if Path("/usr/local/go/bin/go").exists() else None
-
-
 def find_binary() -> Path | None:
     """The Alertmanager to run: ``FABRICWATCH_ALERTMANAGER_BIN``, else the built one."""
-    given = os.environ.get("FABRICWATCH_ALERTMANAGER_BIN")
-    if given:
-        path = Path(given)
-        return path if path.is_file() and os.access(path, os.X_OK) else None
-    return BINARY if BINARY.is_file() else None
-
-
-def _go_env() -> dict[str, str]:
-    # the machine's own module and build caches (~/go, ~/.cache/go-build): a fresh clone on
-    # the same machine (CI after a session) builds in seconds; only the binary is ours
-    return {**os.environ, "GOFLAGS": "-modcacherw", "GOTOOLCHAIN": "local", "CGO_ENABLED": "0"}
+    return binary_from_env("FABRICWATCH_ALERTMANAGER_BIN", BINARY)
 
 
 def build(*, timeout_s: float = BUILD_TIMEOUT_S, log: bool = False) -> Path:
     """Build Alertmanager ``VERSION`` into ``BINARY`` (nothing to do when it is there)."""
     if BINARY.is_file():
         return BINARY
-    go = go_tool()
-    if go is None:
-        raise AlertmanagerUnavailable("the Go toolchain (go) is not installed")
-    env = _go_env()
-    deadline = time.monotonic() + timeout_s
-
-    def run(argv: list[str], cwd: Path) -> str:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise AlertmanagerUnavailable(f"building Alertmanager took over {timeout_s:.0f} s")
-        try:
-            proc = subprocess.run(argv, cwd=cwd, env=env,  # noqa: S603 - our argv, no shell
-                                  capture_output=True, text=True,
-                                  timeout=left, check=False)
-        except subprocess.TimeoutExpired:
-            raise AlertmanagerUnavailable(
-                f"building Alertmanager took over {timeout_s:.0f} s") from None
-        if proc.returncode != 0:
-            raise AlertmanagerUnavailable(f"{' '.join(argv[1:3])} failed: "
-                                          + proc.stderr.strip()[-2000:])
-        return proc.stdout
-
-    started = time.monotonic()
-    CACHE.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="alertmanager-build-", dir=CACHE) as tmp:
-        work = Path(tmp)
-        info = json.loads(run([go, "mod", "download", "-json", f"{MODULE}@{VERSION}"], work))
-        src = work / "src"
-        shutil.copytree(info["Dir"], src)
-        for dirpath, _dirs, _files in os.walk(src):  # the module cache is read-only
-            os.chmod(dirpath, 0o700)
-        for ui in ("elm", "mantine"):  # the web UIs' pages, which npm would build
-            page = src / "ui" / "app" / "dist" / ui / "index.html"
-            page.parent.mkdir(parents=True, exist_ok=True)
-            page.write_text("<!doctype html><title>Alertmanager</title>"
-                            "<p>web UI not built; the API is at /api/v2</p>\n")
-        BINARY.parent.mkdir(parents=True, exist_ok=True)
-        out = BINARY.with_suffix(".tmp")
-        run([go, "build", "-trimpath", "-ldflags", "-s -w", "-o", str(out),
-             "./cmd/alertmanager"], src)
-        out.replace(BINARY)
+    try:
+        go = GoBuild("Alertmanager", timeout_s=timeout_s)
+        CACHE.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix="alertmanager-build-", dir=CACHE) as tmp:
+            work = Path(tmp)
+            info = json.loads(go.run(["mod", "download", "-json", f"{MODULE}@{VERSION}"], work))
+            src = work / "src"
+            shutil.copytree(info["Dir"], src)
+            for dirpath, _dirs, _files in os.walk(src):  # the module cache is read-only
+                os.chmod(dirpath, 0o700)
+            for ui in ("elm", "mantine"):  # the web UIs' pages, which npm would build
+                page = src / "ui" / "app" / "dist" / ui / "index.html"
+                page.parent.mkdir(parents=True, exist_ok=True)
+                page.write_text("<!doctype html><title>Alertmanager</title>"
+                                "<p>web UI not built; the API is at /api/v2</p>\n")
+            BINARY.parent.mkdir(parents=True, exist_ok=True)
+            out = BINARY.with_suffix(".tmp")
+            go.run(["build", "-trimpath", "-ldflags", "-s -w", "-o", str(out),
+                    "./cmd/alertmanager"], src)
+            out.replace(BINARY)
+    except GoBuildError as exc:
+        raise AlertmanagerUnavailable(str(exc)) from None
     if log:
-        sys.stderr.write(f"built Alertmanager {VERSION} in {time.monotonic() - started:.0f} s:"
-                         f" {BINARY}\n")
+        sys.stderr.write(f"built Alertmanager {VERSION} in {go.elapsed_s:.0f} s: {BINARY}\n")
     return BINARY
 
 

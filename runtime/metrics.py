@@ -22,6 +22,9 @@ series                                          type       labels / meaning
                                                            when the worker last read from it
 ``fabricwatch_runbooks``                        gauge      ``status``: PortRemediation workflows
                                                            by Temporal execution status
+``fabricwatch_runbooks_needs_human``            gauge      running PortRemediation runbooks
+                                                           stopped for a person (state
+                                                           ``needs_human``)
 ``fabricwatch_runbook_dispatch_total``          counter    ``outcome``: detections the dispatcher
                                                            ``dispatched`` / ``ignored`` / ``invalid``
 ``fabricwatch_breaker_isolated_ports``          gauge      ``fabric``, ``su``: ports holding the
@@ -67,6 +70,8 @@ CONSUMER_LAG = Gauge("fabricwatch_consumer_lag",
                      ["topic", "partition"])
 RUNBOOKS = Gauge("fabricwatch_runbooks", "PortRemediation workflows by Temporal execution status.",
                  ["status"])
+RUNBOOKS_NEEDS_HUMAN = Gauge("fabricwatch_runbooks_needs_human",
+                             "Running PortRemediation runbooks in state needs_human.")
 DISPATCH = Counter("fabricwatch_runbook_dispatch", "Detections handled by the dispatcher, by outcome.",
                    ["outcome"])
 BREAKER_ISOLATED = Gauge("fabricwatch_breaker_isolated_ports",
@@ -91,10 +96,11 @@ SERIES: tuple[str, ...] = (
     "fabricwatch_collector_rounds_total", "fabricwatch_collector_published_total",
     "fabricwatch_collector_failures_total", "fabricwatch_collector_round_seconds",
     "fabricwatch_collector_last_round_timestamp_seconds",
+    "fabricwatch_runbooks_needs_human",
 )
 STREAMS_SERIES = SERIES[:5] + ("fabricwatch_breaker_open_detections_total",)
-RUNBOOK_SERIES = SERIES[5:11]
-COLLECTOR_SERIES = SERIES[12:]
+RUNBOOK_SERIES = SERIES[5:11] + ("fabricwatch_runbooks_needs_human",)
+COLLECTOR_SERIES = SERIES[12:17]
 
 # Temporal execution statuses as the visibility query language names them.
 RUNBOOK_STATUSES = ("Running", "Completed", "Failed", "Canceled", "Terminated", "TimedOut",
@@ -210,16 +216,20 @@ class RunbookMetrics:
 
     Runbooks by status come from Temporal's visibility (``count_workflows`` per status: a
     handful of cheap queries, whatever the number of runbooks); the breaker per SU from the
-    ``state`` query of each running ``IsolationBudget`` workflow (one per SU); the dispatch
-    counters from the dispatcher's own stats.
+    ``state`` query of each running ``IsolationBudget`` workflow (one per SU); the runbooks
+    waiting for a person from the ``status`` query of each running ``PortRemediation``
+    (no search attribute carries the runbook's state, so one query per open runbook, at
+    most ``max_runbooks``); the dispatch counters from the dispatcher's own stats.
     """
 
     def __init__(self, client: Any, *, dispatcher: _Dispatcher | None = None,
-                 interval: float = 15.0, max_budgets: int = 2000) -> None:
+                 interval: float = 15.0, max_budgets: int = 2000,
+                 max_runbooks: int = 2000) -> None:
         self.client = client
         self.dispatcher = dispatcher
         self.interval = interval
         self.max_budgets = max_budgets
+        self.max_runbooks = max_runbooks
         self._dispatch_seen = {"dispatched": 0, "ignored": 0, "invalid": 0, "unknown": 0}
         self._budgets: set[tuple[str, str]] = set()
 
@@ -241,6 +251,21 @@ class RunbookMetrics:
                 f"WorkflowType = 'PortRemediation' AND ExecutionStatus = '{status}'")
             RUNBOOKS.labels(status).set(count.count)
         await self._update_budgets()
+        await self._update_needs_human()
+
+    async def _update_needs_human(self) -> None:
+        waiting = 0
+        query = "WorkflowType = 'PortRemediation' AND ExecutionStatus = 'Running'"
+        async for wf in self.client.list_workflows(query, limit=self.max_runbooks):
+            try:
+                status = await self.client.get_workflow_handle(wf.id).query("status")
+            except Exception:  # noqa: BLE001 - one runbook mid-task or gone: next round
+                log.debug("runbook %s not queryable now", wf.id, exc_info=True)
+                continue
+            state = status.get("state") if isinstance(status, dict) else getattr(
+                status, "state", None)
+            waiting += state == "needs_human"
+        RUNBOOKS_NEEDS_HUMAN.set(waiting)
 
     def _update_dispatch(self) -> None:
         if self.dispatcher is None:

@@ -100,7 +100,9 @@ def build() -> dict[str, Any]:
         {"id": 101, "type": "row", "title": "Runbooks", "collapsed": False,
          "gridPos": {"x": 0, "y": 25, "w": 24, "h": 1}, "panels": []},
         # every runbook pod reports the same cluster-wide counts: max, not sum
-        prom_panel(7, "Runbooks by status", [("max by (status) (fabricwatch_runbooks)", "{{status}}")],
+        prom_panel(7, "Runbooks by status", [("max by (status) (fabricwatch_runbooks)", "{{status}}"),
+                                             ("max(fabricwatch_runbooks_needs_human)",
+                                              "waiting for a person")],
                    (0, 26)),
         prom_panel(8, "Dispatcher: detections per second, by outcome",
                    [(f"sum by (outcome) (rate(fabricwatch_runbook_dispatch_total[{rate}]))", "{{outcome}}")],

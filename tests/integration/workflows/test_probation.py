@@ -6,6 +6,7 @@ runbook for a human; a waived check is recorded as waived."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,24 @@ def policy(**probation: Any) -> Policy:
 
 def actions(sink: MemorySink, workflow_id: str, step: str) -> list[Any]:
     return [a for a in sink.actions() if a.workflow_id == workflow_id and a.step == step]
+
+
+async def needs_human_gauge(client: Any, ok: Callable[[float], bool]) -> float:
+    """``fabricwatch_runbooks_needs_human`` as ``RunbookMetrics`` sets it, once ``ok``
+    (visibility lists a state change a moment later)."""
+    from prometheus_client import REGISTRY
+
+    from runtime.metrics import RunbookMetrics
+
+    rm = RunbookMetrics(client)
+    deadline = asyncio.get_running_loop().time() + 30
+    while True:
+        await rm.update()
+        value = REGISTRY.get_sample_value("fabricwatch_runbooks_needs_human") or 0.0
+        if ok(value):
+            return value
+        assert asyncio.get_running_loop().time() < deadline, value
+        await asyncio.sleep(0.3)
 
 
 async def step_done(handle: Any, rung: str, actor: str = "tech-ana") -> None:
@@ -182,6 +201,8 @@ async def test_an_unconfigured_check_holds_the_runbook_for_a_human(
         pages = [r for r in ticket_server.ops(wid(inp), "page")
                  if "check:ib_write_bw-per-rail" in r["summary"]]
         assert pages
+        # the runbook worker's gauge counts it (the alert rule FabricwatchRunbooksWaiting)
+        held = await needs_human_gauge(client, lambda v: v >= 1)
         # approve without configuring anything: probation runs again and holds again
         await handle.signal(PortRemediation.approve, Approval(actor="ops", note="retry"))
         await until(handle, lambda s: s.state == "needs_human"
@@ -191,6 +212,7 @@ async def test_an_unconfigured_check_holds_the_runbook_for_a_human(
     await acts.aclose()
     assert result.outcome == "aborted"
     assert result.fixed_by is None
+    await needs_human_gauge(client, lambda v: v == held - 1)  # aborted: no longer waiting
     checks = actions(sink, wid(inp), "check:ib_write_bw-per-rail")
     assert checks and all(a.outcome == "failed" for a in checks)
     assert not [a for a in sink.actions() if a.step == "return"]
