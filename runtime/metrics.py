@@ -25,6 +25,9 @@ series                                          type       labels / meaning
 ``fabricwatch_runbooks_needs_human``            gauge      running PortRemediation runbooks
                                                            stopped for a person (state
                                                            ``needs_human``)
+``fabricwatch_runbooks_status_unknown``         gauge      running runbooks whose ``status``
+                                                           query went unanswered this round
+                                                           (needs_human may be short by these)
 ``fabricwatch_runbook_dispatch_total``          counter    ``outcome``: detections the dispatcher
                                                            ``dispatched`` / ``ignored`` / ``invalid``
 ``fabricwatch_breaker_isolated_ports``          gauge      ``fabric``, ``su``: ports holding the
@@ -72,6 +75,10 @@ RUNBOOKS = Gauge("fabricwatch_runbooks", "PortRemediation workflows by Temporal 
                  ["status"])
 RUNBOOKS_NEEDS_HUMAN = Gauge("fabricwatch_runbooks_needs_human",
                              "Running PortRemediation runbooks in state needs_human.")
+# Runbooks that did not answer their status query this round (worker away, mid-task): their
+# state is unknown, so needs_human may be short by this many; never counted as "fine".
+RUNBOOKS_UNANSWERED = Gauge("fabricwatch_runbooks_status_unknown",
+                            "Running PortRemediation runbooks whose status query went unanswered.")
 DISPATCH = Counter("fabricwatch_runbook_dispatch", "Detections handled by the dispatcher, by outcome.",
                    ["outcome"])
 BREAKER_ISOLATED = Gauge("fabricwatch_breaker_isolated_ports",
@@ -96,10 +103,11 @@ SERIES: tuple[str, ...] = (
     "fabricwatch_collector_rounds_total", "fabricwatch_collector_published_total",
     "fabricwatch_collector_failures_total", "fabricwatch_collector_round_seconds",
     "fabricwatch_collector_last_round_timestamp_seconds",
-    "fabricwatch_runbooks_needs_human",
+    "fabricwatch_runbooks_needs_human", "fabricwatch_runbooks_status_unknown",
 )
 STREAMS_SERIES = SERIES[:5] + ("fabricwatch_breaker_open_detections_total",)
-RUNBOOK_SERIES = SERIES[5:11] + ("fabricwatch_runbooks_needs_human",)
+RUNBOOK_SERIES = SERIES[5:11] + ("fabricwatch_runbooks_needs_human",
+                                  "fabricwatch_runbooks_status_unknown")
 COLLECTOR_SERIES = SERIES[12:17]
 
 # Temporal execution statuses as the visibility query language names them.
@@ -207,8 +215,8 @@ class _Dispatcher(Protocol):
     def stats(self) -> _DispatchStats: ...
 
 
-BUDGET_QUERY_TIMEOUT = timedelta(seconds=3)
-BUDGET_QUERY_CONCURRENCY = 16
+QUERY_TIMEOUT = timedelta(seconds=3)
+QUERY_CONCURRENCY = 16
 
 
 class RunbookMetrics:
@@ -254,18 +262,30 @@ class RunbookMetrics:
         await self._update_needs_human()
 
     async def _update_needs_human(self) -> None:
-        waiting = 0
         query = "WorkflowType = 'PortRemediation' AND ExecutionStatus = 'Running'"
-        async for wf in self.client.list_workflows(query, limit=self.max_runbooks):
-            try:
-                status = await self.client.get_workflow_handle(wf.id).query("status")
-            except Exception:  # noqa: BLE001 - one runbook mid-task or gone: next round
-                log.debug("runbook %s not queryable now", wf.id, exc_info=True)
-                continue
-            state = status.get("state") if isinstance(status, dict) else getattr(
-                status, "state", None)
-            waiting += state == "needs_human"
+        ids = [wf.id async for wf in self.client.list_workflows(query, limit=self.max_runbooks)]
+        states = await self._query_all(ids, "status")
+        waiting = sum(1 for st in states if st is not None and _get_str(st, "state")
+                      == "needs_human")
         RUNBOOKS_NEEDS_HUMAN.set(waiting)
+        RUNBOOKS_UNANSWERED.set(sum(1 for st in states if st is None))
+
+    async def _query_all(self, ids: list[str], name: str) -> list[Any]:
+        """Query ``name`` of each workflow, concurrently and each with a short deadline (a
+        workflow whose worker is away answers only when Temporal gives up on it, and it must
+        not stall every other series that long); None where it did not answer."""
+        gate = asyncio.Semaphore(QUERY_CONCURRENCY)
+
+        async def one(workflow_id: str) -> Any:
+            async with gate:
+                try:
+                    return await self.client.get_workflow_handle(workflow_id).query(
+                        name, rpc_timeout=QUERY_TIMEOUT)
+                except Exception:  # noqa: BLE001 - mid-continue-as-new or no worker: next round
+                    log.debug("%s of %s not answered now", name, workflow_id, exc_info=True)
+                    return None
+
+        return list(await asyncio.gather(*(one(i) for i in ids)))
 
     def _update_dispatch(self) -> None:
         if self.dispatcher is None:
@@ -282,21 +302,7 @@ class RunbookMetrics:
         query = "WorkflowType = 'IsolationBudget' AND ExecutionStatus = 'Running'"
         ids = [wf.id async for wf in self.client.list_workflows(query, limit=self.max_budgets)
                if not wf.id.startswith("railhold/")]  # a node rail's fence holders
-        # Concurrently and each with a short deadline: a budget whose worker is away does
-        # not answer a query until Temporal gives up on it, and one such budget must not
-        # stall every other SU's breaker series for that long.
-        gate = asyncio.Semaphore(BUDGET_QUERY_CONCURRENCY)
-
-        async def state_of(workflow_id: str) -> Any:
-            async with gate:
-                try:
-                    return await self.client.get_workflow_handle(workflow_id).query(
-                        "state", rpc_timeout=BUDGET_QUERY_TIMEOUT)
-                except Exception:  # noqa: BLE001 - mid-continue-as-new or no worker: next round
-                    log.debug("budget %s not queryable now", workflow_id, exc_info=True)
-                    return None
-
-        for state in await asyncio.gather(*(state_of(i) for i in ids)):
+        for state in await self._query_all(ids, "state"):
             if state is None:
                 continue
             fabric, su = _budget_labels(state)
@@ -309,6 +315,11 @@ class RunbookMetrics:
             for gauge in (BREAKER_ISOLATED, BREAKER_LIMIT, BREAKER_OPEN, BREAKER_REFUSED):
                 gauge.remove(fabric, su)
         self._budgets = seen
+
+
+def _get_str(state: Any, name: str) -> str | None:
+    value = state.get(name) if isinstance(state, dict) else getattr(state, name, None)
+    return None if value is None else str(value)
 
 
 def _get(state: Any, name: str) -> int:
