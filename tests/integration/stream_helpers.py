@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from schemas import Event, PortEvent, encode, message_key
@@ -124,3 +125,18 @@ def downs(device: str, port: int, times: list[int], base: int, tag: str = "t") -
 def expected(events: list[Event | tuple[str, bytes]]) -> set[str]:
     lines = [encode(e) for e in events if not isinstance(e, tuple)]
     return {d.id for d in replay(lines, Policy(), on_error=None)}
+
+
+def assert_copies_identical(values: list[bytes]) -> None:
+    """Every output published more than once is the same bytes each time.
+
+    The worker is at least once: a message redelivered after a rebalance (or a produce
+    retried after a leader change) repeats its outputs, and the ids are deterministic, so
+    the ledger and the dispatcher keep the first of each. A copy that differs would be two
+    different outputs under one id, which is what must never happen.
+    """
+    first: dict[str, bytes] = {}
+    for value in values:
+        ident = orjson.loads(value)["id"]
+        seen = first.setdefault(ident, value)
+        assert seen == value, (ident, seen, value)

@@ -36,7 +36,7 @@ pytestmark = pytest.mark.integration
 
 sys.path.insert(0, str(Path(__file__).parent))  # stream_helpers, shared with other tests
 
-from stream_helpers import Worker, collect  # noqa: E402
+from stream_helpers import Worker, assert_copies_identical, collect  # noqa: E402
 
 
 @pytest.fixture
@@ -117,5 +117,6 @@ async def test_optics_and_congestion_faults_through_the_worker(worker: Worker,
                         f'"fabric":"{tag}'.encode(), wait_s=150, settle=15.0)
     ids = [orjson.loads(v)["id"] for v in got]
     assert sorted(set(ids)) == sorted(want), worker.tail()
-    assert len(ids) == len(set(ids)), (sorted(i for i in ids if ids.count(i) > 1),
-                                       worker.log.read_text()[-20000:])
+    # At least once: a message redelivered after a rebalance or a producer retry repeats
+    # its outputs, byte for byte (deterministic ids; consumers keep the first of an id).
+    assert_copies_identical(got)
