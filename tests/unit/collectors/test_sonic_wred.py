@@ -62,8 +62,7 @@ def test_an_unknown_queue_name_is_refused_with_its_line() -> None:
     text = render("Ethernet0", [("XQ1", [0, 0, 0, 0])], comma=False)
     with pytest.raises(ParseError, match="XQ1"):
         parse_sonic_show(text, fabric="lab", ts=1, device="sw")
-    short = render("Ethernet0", [("UC1", [0, 0, 0, 0])], comma=False).replace(
-        "Ethernet0    UC1", "Ethernet0")
+    short = render("Ethernet0", [("UC1", [0, 0, 0, 0])], comma=False).replace("UC1", "")
     with pytest.raises(ParseError, match="6 columns"):
         parse_sonic_show(short, fabric="lab", ts=1, device="sw")
 
