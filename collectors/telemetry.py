@@ -653,7 +653,8 @@ def parse_sonic_show(text: str, *, fabric: str, ts: int, device: str,
     ``queue_drop_pkts`` in total (kept beside the contract, which has no queue field);
     wredcounters tables give ``wred_<type><n>_drop_pkts``/``_ecn_pkts`` per queue,
     ``ecn_marked_q<N>`` for unicast queue N (priority N's egress queue) and their sum over
-    all queues as ``ecn_marked`` (unless the text reports that itself); pfcwd tables give ``pfcwd_q<n>_status`` and storm detected/restored counts.
+    all queues as ``ecn_marked`` (unless the text reports that itself); pfcwd tables give
+    ``pfcwd_q<n>_status`` and storm detected/restored counts.
     """
     ports = _Ports()
     if text.lstrip().startswith("{"):
