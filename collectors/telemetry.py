@@ -645,8 +645,8 @@ def _tables(text: str) -> Iterator[tuple[int, list[str], list[tuple[int, list[st
 @guarded
 def parse_sonic_show(text: str, *, fabric: str, ts: int, device: str,
                      source: str = "sonic") -> list[Counters]:
-    """SONiC ``show pfc counters``, ``show queue counters`` (text or ``--json``) and
-    ``pfcwd show stats`` -> counters of the switch named ``device``.
+    """SONiC ``show pfc counters``, ``show queue counters`` (text or ``--json``), ``show
+    queue wredcounters`` and ``pfcwd show stats`` -> counters of the switch named ``device``.
 
     PFC tables give ``pfc<N>_rx``/``pfc<N>_tx`` and their sums; queue tables give
     ``q<type><n>_pkts``/``_bytes``/``_drop_pkts``/``_drop_bytes`` per queue and
