@@ -112,3 +112,24 @@ def test_parsed_sonic_output_fires_on_the_priority_that_does_not_mark() -> None:
     dets = run(lines)
     assert [(d.evidence["priority"], d.port) for d in dets] == [(3, 0)]
     assert dets[0].evidence["pause_tx_per_s"] == 10_000.0
+
+
+def test_the_state_survives_its_stored_form() -> None:
+    # the worker stores the device state as JSON between messages: the priority holders
+    # and per-queue readings must come back as they went
+    import orjson
+
+    from streams.counters.logic import CountersDetector, DeviceState
+
+    det = CountersDetector(Policy())
+    state: DeviceState | None = None
+    fired = []
+    for raw in history(4, p3_marks_per_s=0):
+        if state is not None:
+            state = orjson.loads(orjson.dumps(state))
+        event = Counters.model_validate_json(raw)
+        state, dets, _ = det.step(state, event)
+        fired += dets
+    assert [d.model_dump() for d in fired] == [d.model_dump() for d in
+                                              run(history(4, p3_marks_per_s=0))]
+    assert state is not None and state["ecnq"] == {"3": "1"}
