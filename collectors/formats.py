@@ -138,7 +138,7 @@ FORMATS: dict[str, Format] = {f.name: f for f in (
                                                        host=o.device)),
     Format("sflowtool", "sflowtool text -> counters from interface counter samples",
            lambda t, o: telemetry.parse_sflowtool(t, fabric=o.fabric, device=o.device)),
-    Format("sonic", "SONiC show pfc/queue counters, pfcwd show stats -> counters (--device)",
+    Format("sonic", "SONiC show pfc/queue/wred counters, pfcwd stats -> counters (--device)",
            lambda t, o: telemetry.parse_sonic_show(t, fabric=o.fabric, ts=o.ts,
                                                    device=_need_device(o, "SONiC show"))),
     Format("ib_write_bw", "perftest ib_write_bw -> probes (--rail, --src, --dst)",

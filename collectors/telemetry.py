@@ -4,7 +4,7 @@ Formats: gnmic JSON (``event`` format, the default ``json`` format, and ``protoj
 ``ethtool -S`` of an mlx5 NIC, ``/sys/class/infiniband/<hca>/ports/<n>/...`` dumps as
 ``grep -r .`` prints them, ``rdma statistic`` output, ``sflowtool`` text, UFM telemetry
 JSON, and SONiC ``show pfc counters`` / ``show queue counters`` (text and ``--json``) /
-``pfcwd show stats``.
+``show queue wredcounters`` / ``pfcwd show stats``.
 
 Ethernet ports. The contract's port is an integer; an interface name becomes the last
 integer in it (``Ethernet8`` -> 8, ``ethernet-1/3`` -> 3, ``swp12`` -> 12, ``mgmt0`` -> 0)
@@ -645,13 +645,16 @@ def _tables(text: str) -> Iterator[tuple[int, list[str], list[tuple[int, list[st
 @guarded
 def parse_sonic_show(text: str, *, fabric: str, ts: int, device: str,
                      source: str = "sonic") -> list[Counters]:
-    """SONiC ``show pfc counters``, ``show queue counters`` (text or ``--json``) and
-    ``pfcwd show stats`` -> counters of the switch named ``device``.
+    """SONiC ``show pfc counters``, ``show queue counters`` (text or ``--json``), ``show
+    queue wredcounters`` and ``pfcwd show stats`` -> counters of the switch named ``device``.
 
     PFC tables give ``pfc<N>_rx``/``pfc<N>_tx`` and their sums; queue tables give
     ``q<type><n>_pkts``/``_bytes``/``_drop_pkts``/``_drop_bytes`` per queue and
     ``queue_drop_pkts`` in total (kept beside the contract, which has no queue field);
-    pfcwd tables give ``pfcwd_q<n>_status`` and storm detected/restored counts.
+    wredcounters tables give ``wred_<type><n>_drop_pkts``/``_ecn_pkts`` per queue,
+    ``ecn_marked_q<N>`` for unicast queue N (priority N's egress queue) and their sum over
+    all queues as ``ecn_marked`` (unless the text reports that itself); pfcwd tables give
+    ``pfcwd_q<n>_status`` and storm detected/restored counts.
     """
     ports = _Ports()
     if text.lstrip().startswith("{"):
@@ -691,6 +694,23 @@ def parse_sonic_show(text: str, *, fabric: str, ts: int, device: str,
                           for p in range(8)}
                 ports.put(device, cells[0], values, line=number)
                 seen = True
+        elif header == _WRED_HEADER:
+            # sonic-utilities scripts/wredstat: a port's queues as UC<n>/MC<n>/ALL<n>
+            for number, cells in rows:
+                if len(cells) != 6:
+                    raise ParseError(None, number, "a wredcounters row needs 6 columns")
+                if _BACKPLANE.match(cells[0]):
+                    continue
+                kind, index = _wred_queue(cells[1], number)
+                values = {f"wred_{kind}{index}_drop_pkts": _num(cells[2], number, "WredDrp/pkts"),
+                          f"wred_{kind}{index}_ecn_pkts": _num(cells[4], number,
+                                                               "EcnMarked/pkts")}
+                marks = values[f"wred_{kind}{index}_ecn_pkts"]
+                if kind == "uc" and marks is not None:
+                    # a unicast queue's index is its traffic class: priority N's queue
+                    values[f"ecn_marked_q{index}"] = marks
+                ports.put(device, cells[0], values, line=number)
+                seen = True
         elif header[:2] == ["Port", "TxQ"]:
             for number, cells in rows:
                 if len(cells) != 6:
@@ -725,7 +745,29 @@ def parse_sonic_show(text: str, *, fabric: str, ts: int, device: str,
         for sample in dev.samples.values():
             _pfc_totals(sample.values)
             _queue_total(sample.values)
+            _ecn_total(sample.values)
     return ports.events(fabric=fabric, ts=ts, source=source, kind="sonic")
+
+
+# scripts/wredstat's ``header`` (``show queue wredcounters``)
+_WRED_HEADER = ["Port", "TxQ", "WredDrp/pkts", "WredDrp/bytes", "EcnMarked/pkts",
+                "EcnMarked/bytes"]
+_WRED_QUEUE = re.compile(r"^(UC|MC|ALL)(\d+)$")
+
+
+def _wred_queue(cell: str, line: int) -> tuple[str, int]:
+    m = _WRED_QUEUE.match(cell)
+    if m is None:
+        raise ParseError(None, line, f"wredcounters queue {cell[:20]!r} is not UC/MC/ALL<n>")
+    return m.group(1).lower(), int(m.group(2))
+
+
+def _ecn_total(values: dict[str, Any]) -> None:
+    """``ecn_marked``: the marks of all the port's queues, unless reported otherwise."""
+    marks = [v for k, v in values.items() if k.startswith("wred_") and k.endswith("_ecn_pkts")
+             and isinstance(v, int)]
+    if marks and "ecn_marked" not in values:
+        values["ecn_marked"] = sum(marks)
 
 
 def _queue_total(values: dict[str, Any]) -> None:

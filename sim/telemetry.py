@@ -77,6 +77,9 @@ XMIT_WAIT_HOT = 2.0e9
 # Share of the interval a RoCE port spends paused: a healthy busy port, a stormed queue.
 PAUSED_BUSY = 0.002
 PAUSED_STORM = 0.998
+# RoCE rides lossless priority 3; SONiC's default QoS makes 3 and 4 lossless (pfc_enable 3,4)
+ROCE_PRIO = 3
+LOSSLESS_PRIOS = (3, 4)
 SWEEP_MS = 400  # a heavy sweep of the simulated SM, trap to SUBNET UP
 
 
@@ -117,7 +120,7 @@ class _Mod:
     """What continuous faults do to one port during a step."""
 
     __slots__ = ("raw", "sym", "sat", "prx", "ptx", "ecn_scale", "xw", "disc", "power",
-                 "temp", "util", "tx_scale", "paused")
+                 "temp", "util", "tx_scale", "paused", "prio", "prio_ptx")
 
     def __init__(self) -> None:
         self.raw: float | None = None
@@ -133,6 +136,8 @@ class _Mod:
         self.util: float | None = None  # the port's transmit utilisation, where a fault sets it
         self.tx_scale = 1.0  # its transmitted data, scaled
         self.paused = 0.0  # share of the interval its queue spent paused
+        self.prio: int | None = None  # ecn_misconfig on one priority: its queue marks little
+        self.prio_ptx = 0.0  # pauses/s sent on that priority
 
 
 class Simulator:
@@ -202,6 +207,9 @@ class Simulator:
         # rx_prio*_pause_duration): beside cnt, which follows the ledger's counter columns
         self.xdata = [0] * n
         self.pdur = [0] * n
+        # RoCE switch ports: pauses sent per priority and ECN marks per egress queue
+        # (SONiC show pfc counters / show queue wredcounters), [tx p0-7, marks q0-7]
+        self.pq: dict[int, list[int]] = {}
         # Per-port character: pre-FEC BER, post-FEC BER, temperature, optical power, load.
         rng = random.Random(f"{seed}:ports")  # noqa: S311 - simulation noise, not secrets
         self.base_raw = [10 ** rng.uniform(-10.0, -8.0) for _ in range(n)]
@@ -370,6 +378,7 @@ class Simulator:
                 if pi is not None:
                     self.cnt[pi] = [0] * len(COUNTER_FIELDS)
                     self.xdata[pi] = self.pdur[pi] = 0
+                    self.pq.pop(pi, None)
         self._seen_resets = dict(view.resets)
         for key, when in view.repaired.items():
             if when != self._seen_repaired.get(key):
@@ -582,6 +591,7 @@ class Simulator:
                         pi = self.port_index[(fault.device, p)]
                         self.cnt[pi] = [0] * len(COUNTER_FIELDS)
                         self.xdata[pi] = self.pdur[pi] = 0
+                        self.pq.pop(pi, None)
                     for li in links:
                         self._cause(li, f"f{fi}", False, t, events)
             elif kind == "counter_saturation" and starting and fault.port is not None:
@@ -664,7 +674,10 @@ class Simulator:
                 for p in ports:
                     m = mod(fault.device, p)
                     m.ptx += rate
-                    m.ecn_scale *= 0.01
+                    if fault.prio is None:
+                        m.ecn_scale *= 0.01
+                    else:  # only that priority's queue has the wrong thresholds
+                        m.prio, m.prio_ptx = fault.prio, m.prio_ptx + rate
                     pli = self.link_index[(fault.device, p)]
                     peer = self.links[pli].other_end(fault.device, p)
                     pm = mod(*peer)
@@ -839,8 +852,12 @@ class Simulator:
         pause_tx = 5.0 * ut + (m.ptx if m is not None else 0.0)
         ecn = 800.0 * ut * ecn_scale
         c[PRX] += int(pause_rx * dt * (0.8 + 0.4 * u1))
-        c[PTX] += int(pause_tx * dt * (0.8 + 0.4 * u2))
-        c[ECN] += int(ecn * dt * (0.8 + 0.4 * u2))
+        d_ptx = int(pause_tx * dt * (0.8 + 0.4 * u2))
+        d_ecn = int(ecn * dt * (0.8 + 0.4 * u2))
+        if not hca:
+            d_ecn = self._priority_counters(pi, s, m, pause_tx, d_ptx, d_ecn)
+        c[PTX] += d_ptx
+        c[ECN] += d_ecn
         s["pfc_pause_rx"] = c[PRX]
         s["pfc_pause_tx"] = c[PTX]
         s["ecn_marked"] = c[ECN]
@@ -857,6 +874,30 @@ class Simulator:
             s["cnp_sent"] = c[CNS]
             s["cnp_handled"] = c[CNH]
             s["rx_discards_phy"] = c[RXD]
+
+    def _priority_counters(self, pi: int, s: dict[str, Any], m: _Mod | None, pause_tx: float,
+                           d_ptx: int, d_ecn: int) -> int:
+        """A switch port's pauses per priority and marks per queue; returns the marks added.
+
+        RoCE traffic rides lossless priority 3 (SONiC's default lossless classes are 3 and
+        4), so its pauses and its queue's marks are there; an ``ecn_misconfig`` on priority
+        N adds pauses on N while queue N marks a hundredth of what it should."""
+        pq = self.pq.get(pi)
+        if pq is None:
+            pq = self.pq[pi] = [0] * 16
+        prio = m.prio if m is not None else None
+        on_prio = int(d_ptx * m.prio_ptx / pause_tx) if m is not None and prio is not None \
+            and pause_tx > 0 else 0
+        pq[ROCE_PRIO] += d_ptx - on_prio
+        marks = int(d_ecn * 0.01) if prio == ROCE_PRIO else d_ecn
+        pq[8 + ROCE_PRIO] += marks
+        if prio is not None:
+            pq[prio] += on_prio
+        for p in range(8):
+            if p in LOSSLESS_PRIOS or pq[p] or pq[8 + p]:
+                s[f"pfc{p}_tx"] = pq[p]
+                s[f"ecn_marked_q{p}"] = pq[8 + p]
+        return marks
 
     # -- probes ----------------------------------------------------------------------------
 

@@ -33,6 +33,8 @@ class Expectation:
     # proved only by a detection that names the cable from the probes' routes (a slow link
     # localised), not by a ticket on a probe's endpoint
     localised: bool = False
+    # proved only by an ECN vs PFC verdict that names this priority (judged per queue)
+    priority: int | None = None
 
     def matches_incident(self, incident: Incident, started_ms: int = 0) -> bool:
         return (self.incident_root is not None and incident.fabric == self.fabric
@@ -49,6 +51,8 @@ class Expectation:
             return False  # before the fault began: something else caused it
         if self.localised and not (detection.evidence.get("localised") is True
                                    and detection.evidence.get("by") == "paths"):
+            return False
+        if self.priority is not None and detection.evidence.get("priority") != self.priority:
             return False
         if self.devices and detection.device in self.devices:
             return True
@@ -143,6 +147,12 @@ def build_scenario(preset: str, *, short: bool = False, fabric_name: str | None 
                     "sweep_storm", _ends(links, leaf(2, 2), 2), after_s=60 * scale),
         Expectation("RoCE pause storm", roce, f"pause_storm:node0003/mlx5_0:1,at={at(30)}",
                     "pause_storm", frozenset({"node0003/mlx5_0:1", "leaf-su01-r0:3"})),
+        # ECN thresholds wrong on one priority's queue of a leaf: judged per priority, the
+        # verdict names priority 5 (the RoCE class on 3 marks as it should)
+        Expectation("ECN misconfigured on one priority", roce,
+                    f"ecn_misconfig:leaf-su01-r1,prio=5,at={at(30)}", "ecn_pfc_misconfig",
+                    frozenset(), devices=frozenset({"leaf-su01-r1"}), priority=5,
+                    after_s=30 * scale),
         # PDR's limit: a module past 70 °C
         Expectation("overheating optic", ib,
                     f"optic_overheat:{node_b}/mlx5_6:1,temp=76,at={at(30)}", "optic_temp",

@@ -14,8 +14,12 @@ credits is ``ticks * tick_bytes * 8 / (line rate * window)``. ``port_xmit_data``
 
 ECN vs PFC (``judge_ecn``) is a device's: the pauses it transmits (summed over its ports;
 marks happen at the congested egress queue while pauses go out of the ingress ports) against
-its ECN marks, over the message's interval. The episode is held by the port that sent the
-most pauses (``state["ecn"]`` names it) and ends when the device's marks keep up again.
+its ECN marks, over the message's interval. Where its samples carry per-priority pauses
+(``pfc<N>_tx``) and per-queue marks (``ecn_marked_q<N>``, SONiC ``show queue
+wredcounters``), each priority is judged on its own (``judge_priorities``, evidence
+``basis: priority``, one episode per (device, priority)); otherwise the device's sums
+(``basis: device``). An episode is held by the port that sent the most pauses
+(``state["ecn"]``, per priority ``state["ecnq"]``) and ends when the marks keep up again.
 
 SONiC's PFC watchdog (``pfcwd show stats``, parsed to ``pfcwd_q<N>_status`` and
 ``pfcwd_q<N>_storms_detected``): a queue it reports ``stormed``, or whose detected-storm
@@ -115,10 +119,59 @@ def judge_hot(det: CountersDetector, ports: dict[str, PortState], event: Counter
             det._close(ps, HOT)  # noqa: SLF001
 
 
-class EcnTally:
-    """A message's transmitted pauses and ECN marks over the ports that report both."""
+_PFC_TX = tuple(f"pfc{p}_tx" for p in range(8))
+_ECN_Q = tuple(f"ecn_marked_q{p}" for p in range(8))
 
-    __slots__ = ("pauses", "marks", "dt_s", "top_port", "top_pauses", "ports")
+
+def priority_readings(extra: dict[str, Any] | None) -> dict[str, list[int]] | None:
+    """``{priority: [pfc<N>_tx, ecn_marked_q<N>]}`` of the priorities a sample has both of."""
+    if not extra:
+        return None
+    now = {}
+    for p in range(8):
+        tx, marks = extra.get(_PFC_TX[p]), extra.get(_ECN_Q[p])
+        if isinstance(tx, int) and isinstance(marks, int):
+            now[str(p)] = [tx, marks]
+    return now or None
+
+
+def tally_priorities(det: CountersDetector, ps: PortState, port: int,
+                     extra: dict[str, Any] | None, tally: EcnTally) -> None:
+    """The port's per-priority pauses and queue marks since its last reading (``"pq"``)."""
+    now = priority_readings(extra)
+    if now is None:
+        return
+    ext = det._ext(ps)  # noqa: SLF001
+    last: dict[str, list[int]] = ext.get("pq") or {}
+    ext["pq"] = now
+    tally.by_prio = True
+    for p, (tx, marks) in now.items():
+        before = last.get(p)
+        if before is None:
+            continue  # the priority's first reading: no interval yet
+        # a decrease is a reset: the new value counts from zero
+        d_tx = tx - before[0] if tx >= before[0] else tx
+        d_marks = marks - before[1] if marks >= before[1] else marks
+        row = tally.prio.get(int(p))
+        if row is None:
+            tally.prio[int(p)] = [d_tx, d_marks, port, d_tx, 1]
+        else:
+            row[0] += d_tx
+            row[1] += d_marks
+            row[4] += 1
+            if d_tx > row[3]:
+                row[2], row[3] = port, d_tx
+
+
+class EcnTally:
+    """A message's transmitted pauses and ECN marks over the ports that report both.
+
+    ``prio``: per priority N, ``[pauses tx on N, marks on queue N, top port, its pauses,
+    ports]`` over the ports that report both per priority; ``by_prio`` once any does.
+    """
+
+    __slots__ = ("pauses", "marks", "dt_s", "top_port", "top_pauses", "ports", "prio",
+                 "by_prio")
 
     def __init__(self) -> None:
         self.pauses = self.marks = 0
@@ -126,6 +179,8 @@ class EcnTally:
         self.top_port: int | None = None
         self.top_pauses = -1
         self.ports = 0
+        self.prio: dict[int, list[int]] = {}
+        self.by_prio = False
 
     def add(self, port: int, pauses: int, marks: int, dt_s: float) -> None:
         self.pauses += pauses
@@ -142,6 +197,9 @@ def judge_ecn(det: CountersDetector, state: dict[str, Any], event: Counters,
     c = det.cong
     if tally.dt_s <= 0 or tally.top_port is None:
         return
+    if tally.by_prio:
+        judge_priorities(det, state, event, samples, tally, detections)
+        return
     pause_rate = tally.pauses / tally.dt_s
     ecn_rate = tally.marks / tally.dt_s
     holder = state.get("ecn")
@@ -153,7 +211,7 @@ def judge_ecn(det: CountersDetector, state: dict[str, Any], event: Counters,
         state["ecn"] = str(tally.top_port)
         det._open(ports[str(tally.top_port)], "ecn_pfc", event, samples[tally.top_port],  # noqa: SLF001
                   DetectionKind.ECN_PFC_MISCONFIG, c.action, {
-                      "scope": "device", "pause_tx_per_s": round(pause_rate, 1),
+                      "scope": "device", "basis": "device", "pause_tx_per_s": round(pause_rate, 1),
                       "ecn_marked_per_s": round(ecn_rate, 1), "ports": tally.ports,
                       "top_port_pause_tx_per_s": round(tally.top_pauses / tally.dt_s, 1),
                       "min_ecn_to_pause_ratio": c.min_ecn_to_pause_ratio,
@@ -163,6 +221,52 @@ def judge_ecn(det: CountersDetector, state: dict[str, Any], event: Counters,
         det._dirty = True  # noqa: SLF001
         if holder in ports:
             det._close(ports[holder], "ecn_pfc")  # noqa: SLF001
+
+
+def judge_priorities(det: CountersDetector, state: dict[str, Any], event: Counters,
+                     samples: dict[int, PortSample], tally: EcnTally,
+                     detections: list[Detection]) -> None:
+    """Each priority on its own: pauses tx on N against the marks of egress queue N.
+
+    ``state["ecnq"]`` maps a priority to the port holding its episode (cond ``ecn_pfc:q<N>``),
+    so there is one episode per (device, priority).
+    """
+    c = det.cong
+    ports: dict[str, PortState] = state["ports"]
+    device_holder = state.pop("ecn", None)
+    if device_holder is not None:  # the device now reports per queue: that basis ends
+        det._dirty = True  # noqa: SLF001
+        if device_holder in ports:
+            det._close(ports[device_holder], "ecn_pfc")  # noqa: SLF001
+    held: dict[str, str] = state.get("ecnq") or {}
+    dt_s = tally.dt_s
+    for prio in sorted(tally.prio):
+        pauses, marks, top_port, top_pauses, nports = tally.prio[prio]
+        pause_rate, ecn_rate = pauses / dt_s, marks / dt_s
+        key, cond = str(prio), f"ecn_pfc:q{prio}"
+        holder = held.get(key)
+        if (pause_rate >= c.min_pause_frames_per_s
+                and ecn_rate < c.min_ecn_to_pause_ratio * pause_rate):
+            if holder is not None and holder in ports:
+                continue  # the priority's episode is open
+            held[key] = str(top_port)
+            det._open(ports[str(top_port)], cond, event, samples[top_port],  # noqa: SLF001
+                      DetectionKind.ECN_PFC_MISCONFIG, c.action, {
+                          "scope": "device", "basis": "priority", "priority": prio,
+                          "queue": prio, "pause_tx_per_s": round(pause_rate, 1),
+                          "ecn_marked_per_s": round(ecn_rate, 1), "ports": nports,
+                          "top_port_pause_tx_per_s": round(top_pauses / dt_s, 1),
+                          "min_ecn_to_pause_ratio": c.min_ecn_to_pause_ratio,
+                          "interval_s": dt_s}, detections)
+        elif holder is not None:
+            del held[key]
+            det._dirty = True  # noqa: SLF001
+            if holder in ports:
+                det._close(ports[holder], cond)  # noqa: SLF001
+    if held:
+        state["ecnq"] = held
+    else:
+        state.pop("ecnq", None)
 
 
 def has_pfcwd(extra: dict[str, Any]) -> bool:

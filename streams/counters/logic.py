@@ -46,7 +46,9 @@ Semantics:
   transmits (summed over its ports) run at ``minPauseFramesPerS`` or more while its egress
   queues' ECN marks are fewer than ``minEcnToPauseRatio`` times them: ECN at the congested
   egress should have throttled the senders before the switch had to pause them upstream
-  (received pauses are the upstream's verdict, not this device's).
+  (received pauses are the upstream's verdict, not this device's); per priority where the
+  samples carry ``pfc<N>_tx`` and ``ecn_marked_q<N>`` (pauses on N against queue N's marks,
+  one episode per (device, priority)).
 * Credit waits (``streams.counters.congestion``): ``congestion`` when PortXmitWait says
   the port had data and no credits more than ``congestionFraction`` of a
   ``congestionWindow``; ``hot_uplink`` when one uplink of a leaf (the plan's) carries a
@@ -190,6 +192,11 @@ class CountersDetector:
                 if values[_I_PRX] is not None and fields["port_xmit_data"] is not None:
                     # the pause-storm rule's draining check needs the interval's start
                     ps[2] = {"d": [ts, fields["port_xmit_data"]]}
+                if values[_I_ECN] is not None and extra:
+                    # per-priority ECN vs PFC needs the first per-queue reading too
+                    pq = congestion.priority_readings(extra)
+                    if pq is not None:
+                        self._ext(ps)["pq"] = pq
                 prev_ts = None
                 deltas: list[int] | None = None
             else:
@@ -552,6 +559,7 @@ class CountersDetector:
             if acc is None:
                 acc = self._ecn = congestion.EcnTally()
             acc.add(sample.port, deltas[_I_PTX], deltas[_I_ECN], dt_s)
+            congestion.tally_priorities(self, ps, sample.port, sample.__pydantic_extra__, acc)
 
     def _degraded(self, ps: PortState, event: Counters, sample: PortSample,
                   detections: list[Detection]) -> None:

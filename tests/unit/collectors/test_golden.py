@@ -116,7 +116,9 @@ CASES: tuple[Case, ...] = (
     *(Case(f"sonic/{name}", "sonic", {"device": "sonic-leaf-1"}) for name in (
         "show-pfc-counters.txt", "show-pfc-counters-all-masic-na.txt",
         "show-queue-counters.txt", "show-queue-counters-json.json", "pfcwd-show-stats.txt",
-        "pfcwd-show-stats-all-masic.txt")),
+        "pfcwd-show-stats-all-masic.txt", "show-queue-wredcounters.txt")),
+    Case("samples/sonic-roce-leaf-pfc-tx-and-wredcounters.txt", "sonic",
+         {"device": "leaf-su01-r1"}),
     *(Case(f"perftest/{name}", "ib_write_bw", {"rail": 0}) for name in (
         "superbench-ib_write_bw-8M-tabs.txt",
         "superbench-ib_write_bw-all-sizes-interleaved-server-client.txt")),

@@ -85,11 +85,25 @@ def test_pause_storm_needs_a_stuck_queue() -> None:
 
 
 def test_ecn_misconfig_is_the_switchs() -> None:
-    # judged per device: the misconfigured switch sends the pauses and marks too little;
+    # the misconfigured switch sends the pauses and marks too little (its ports report per
+    # queue, so priority 3, the RoCE class, is judged);
     # its peers, paused by it, are not misconfigured
     found = _detections("roce", "ecn_misconfig:leaf-su01-r1", 8)
     ecn = {port for kind, port in found if kind == "ecn_pfc_misconfig"}
     assert len(ecn) == 1 and next(iter(ecn)).startswith("leaf-su01-r1:")
+
+
+def test_ecn_misconfig_on_one_priority_names_it() -> None:
+    # the switch's queue 5 marks nothing while it pauses priority 5; priority 3 (the RoCE
+    # class, marking normally) does not fire
+    fabric = ROCE
+    s = Simulator(fabric, faults=[parse_spec("ecn_misconfig:leaf-su01-r1,prio=5")],
+                  start_ms=START, probe_every=0, topology_every=0)
+    lines = [m.value for _ in range(6) for m in s.step().messages]
+    ecn = [d for d in replay(lines, Policy(), on_error=None)
+           if d.detection.value == "ecn_pfc_misconfig"]
+    assert ecn and all(d.device == "leaf-su01-r1" for d in ecn)
+    assert [(d.evidence["basis"], d.evidence["priority"]) for d in ecn] == [("priority", 5)]
 
 
 def test_sweep_storm_names_its_port_and_is_one_sm_incident() -> None:

@@ -234,6 +234,21 @@ def test_ecn_misconfig() -> None:
     assert per_hour(ok, "ecn_marked") > per_hour(ok, "pfc_pause_tx")
 
 
+def test_ecn_misconfig_on_one_priority() -> None:
+    outs = sim(ROCE, ["ecn_misconfig:leaf-su01-r1,prio=5"], topology_every=0).run_steps(4)
+    for port in ROCE.device_ports("leaf-su01-r1"):
+        series = samples(outs, "leaf-su01-r1", port)
+        extra = series[-1][1].model_extra or {}
+        assert per_hour(series, "pfc5_tx") / 3600 > 1000 and extra["ecn_marked_q5"] == 0
+        # the RoCE class keeps marking; the sums are the queues' and priorities'
+        assert extra["ecn_marked_q3"] > 0
+        last = series[-1][1]
+        assert last.pfc_pause_tx == sum(extra[f"pfc{p}_tx"] for p in (3, 4, 5))
+        assert last.ecn_marked == sum(extra[f"ecn_marked_q{q}"] for q in (3, 4, 5))
+    ok = (samples(outs, "leaf-su01-r0", 1)[-1][1].model_extra or {})
+    assert "pfc5_tx" not in ok and ok["ecn_marked_q3"] > ok["pfc3_tx"]
+
+
 def test_hot_uplink() -> None:
     hot = ("leaf-su01-r0", 5)
     s = sim(MULTI, [f"hot_uplink:{hot[0]}:{hot[1]}"], topology_every=0)
