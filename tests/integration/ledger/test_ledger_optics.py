@@ -15,7 +15,7 @@ pytestmark = pytest.mark.integration
 H = 3_600_000
 
 
-def test_optic_trend_hour_by_hour(ledger: EmbeddedLedger) -> None:
+def test_optic_trend(ledger: EmbeddedLedger) -> None:
     start = (int(dt.datetime.now(dt.UTC).timestamp() * 1000) // H - 5) * H
     events = []
     # four hours of 10 min samples, heating 1 °C and losing 0.5 dB an hour
