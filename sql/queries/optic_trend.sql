@@ -12,7 +12,9 @@ SELECT hour,
        samples
 FROM
 (
-    SELECT hour, max(max_module_temp_c) AS max_temp_c, min(min_rx_power_dbm) AS min_rx_power_dbm,
+    -- Float32 in storage: rounded as Float64 so every client shows the same decimals
+    SELECT hour, round(toFloat64(max(max_module_temp_c)), 2) AS max_temp_c,
+           round(toFloat64(min(min_rx_power_dbm)), 2) AS min_rx_power_dbm,
            sum(samples) AS samples
     FROM counter_hourly
     WHERE fabric = {fabric:String} AND device = {device:String} AND port = {port:UInt16}
