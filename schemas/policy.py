@@ -33,7 +33,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from schemas.ber_table import TableError, fec_opcodes, lookup, media_group
+from schemas.ber_table import TableError, default_table, fec_opcodes, lookup, media_group
 from schemas.errors import ContractError
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$")
@@ -537,8 +537,17 @@ class FabricHealth(_Section):
         if len(self.ber.symbol_window_factors) != len(windows):
             raise ValueError(f"ber.symbolWindowFactors needs one factor per "
                              f"errorRates.symbolErrorWindows window ({len(windows)})")
-        try:  # the link type a port that says nothing of itself is judged as
-            lookup(self.degraded_link.expect_speed, self.ber.fec, self.ber.media, self.ber.asic)
+        # The link type a port that says nothing of itself is judged as: the table's row for
+        # expectSpeed, or (a speed the table lacks: an SDR lab, XDR) its strictest row for
+        # the media; a FEC mode or media the table does not know at all is refused.
+        speeds = sorted({r.speed for r in default_table() if r.asic == self.ber.asic})
+        if not speeds:
+            raise ValueError(f"ber.asic {self.ber.asic!r} has no row in the field BER table")
+        speed: str = self.degraded_link.expect_speed
+        if speed.upper() not in speeds:
+            speed = speeds[-1]
+        try:
+            lookup(speed, self.ber.fec, self.ber.media, self.ber.asic)
         except TableError as exc:
             raise ValueError(f"ber: the default link type is not in the field BER table: "
                              f"{exc}") from None

@@ -109,7 +109,7 @@ class BerRules:
                 assumed = [*assumed, "fec"] if "fec" not in assumed else assumed
             else:
                 # a speed the table has no row for: the policy's own link type
-                found = lookup(self.speed, self.fec, self.media, self.asic)
+                found = self.fallback()
                 assumed = ["speed", "fec", "media"]
         if self.at_normal:
             found = _at_normal(found)
@@ -118,6 +118,25 @@ class BerRules:
             self._links[key] = hit
         return hit
 
+
+    def fallback(self) -> LinkBer:
+        """The policy's own link type, or — when its speed is one the table has no row for
+        (an SDR lab, XDR) — the strictest row of any speed for its media, so a link type the
+        table does not know is never judged more loosely than one it does."""
+        try:
+            return lookup(self.speed, self.fec, self.media, self.asic)
+        except TableError:
+            pass
+        found = _strictest(self.speed, self.media, self.asic)
+        if found is not None:
+            return found
+        rows = [r for r in (_strictest(speed, self.media, self.asic)
+                            for speed in sorted({r.speed for r in default_table()
+                                                 if r.asic == self.asic}))
+                if r is not None]
+        if not rows:
+            raise TableError(f"no {self.asic} row for media {self.media!r}")
+        return min(rows, key=lambda r: (r.pre_fec.error, r.post_fec.error, r.symbol.error))
 
     def gauge_floors(self, speed: str | None, fec: str | None, media: str | None
                      ) -> tuple[float, float]:

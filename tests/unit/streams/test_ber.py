@@ -220,6 +220,22 @@ def test_hysteresis_never_reopens_without_passing_below_normal(values: list[floa
         error, warning = level == "error", level == "warning"
 
 
+def test_a_policy_whose_speed_the_table_lacks_is_judged_by_the_strictest_row() -> None:
+    # an SDR lab (ibsim) or an XDR fabric: the policy loads, and a link that says nothing of
+    # itself is judged by the table's strictest row for the media, never more loosely
+    from streams.counters.ber import BerRules
+
+    sdr = Policy.model_validate({"fabricHealth": {"degradedLink": {"expectSpeed": "SDR"}}})
+    rules = BerRules(sdr)
+    link, assumed = rules.link(None, None, None)
+    every = [BerRules(Policy()).link(speed, None, "optic")[0] for speed in ("EDR", "HDR", "NDR")]
+    assert link.pre_fec.error <= min(x.pre_fec.error for x in every)
+    assert assumed == ("speed", "fec", "media")
+    with pytest.raises(ValueError, match="unknown FEC mode"):
+        Policy.model_validate({"fabricHealth": {"degradedLink": {"expectSpeed": "SDR"},
+                                                "ber": {"fec": "no-such-fec"}}})
+
+
 def test_a_fec_the_table_lacks_at_that_speed_is_judged_by_its_strictest_row() -> None:
     from streams.counters.ber import BerRules
 
