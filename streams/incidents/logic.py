@@ -329,9 +329,9 @@ def _sm_down(st: dict[str, Any], idx: dict[str, Any], link: str, ends: list[str]
 def _sm_detection(st: dict[str, Any], det: Detection, su_of: Callable[[str], str | None],
                   out: Outputs) -> Detection:
     """An SM failover or sweep storm (streams.sm) opens an ``sm_event`` incident, or joins
-    the one open for that SM: the ports whose traps forced the sweeps become members, so
-    their own detections carry the incident and page once, as one. They are not excused
-    (a flapping port is the storm's cause, and its flaps still count)."""
+    the one open for that SM: the ports whose traps forced the sweeps become members (named
+    in the page). They are the storm's cause: not excused (their flaps still count) and not
+    filed under the incident (``_members_are_causes``), so their runbooks isolate them."""
     root = str(det.evidence.get("reported_by") or det.source)
     ports = [p for p in det.evidence.get("ports") or [] if isinstance(p, str) and ":" in p]
     held = next((inc for inc in st["open"].values()
@@ -488,6 +488,14 @@ def _belongs(det: Detection, root: str, members: list[str]) -> bool:
     return (det.key in members or det.device == root or host_of(det.device) == root)
 
 
+def _members_are_causes(inc: dict[str, Any]) -> bool:
+    """An SM incident opened by a sweep storm or failover lists the ports whose traps forced
+    the sweeps: they are the storm's cause, not its victims. Their own detections are not
+    filed under it, so a flapping port still gets its runbook and is isolated (holding it
+    would keep the storm going); the incident pages once for the SM."""
+    return inc["cause"] == IncidentCause.SM_EVENT.value and "detection" in inc["evidence"]
+
+
 def annotate(st: dict[str, Any], idx: dict[str, Any], det: Detection,
              su_of: Callable[[str], str | None]) -> Detection:
     """The detection with ``incident`` / ``maintenance`` set where one covers it."""
@@ -495,14 +503,15 @@ def annotate(st: dict[str, Any], idx: dict[str, Any], det: Detection,
     if det.incident is None:
         for iid in sorted(st["open"]):
             inc = st["open"][iid]
-            if inc["fabric"] == det.fabric and _belongs(det, inc["root"], inc["members"]):
+            if (inc["fabric"] == det.fabric and not _members_are_causes(inc)
+                    and _belongs(det, inc["root"], inc["members"])):
                 update["incident"] = iid
                 break
         else:
             for iid in sorted(st["closed"]):
                 c = st["closed"][iid]
-                if c["started"] <= det.ts <= c["ended"] and _belongs(det, c["root"],
-                                                                     c["members"]):
+                if (c["started"] <= det.ts <= c["ended"] and not _members_are_causes(c)
+                        and _belongs(det, c["root"], c["members"])):
                     update["incident"] = iid
                     break
     if det.maintenance is None:

@@ -120,12 +120,13 @@ def test_sweep_storm_opens_one_sm_incident_that_its_ports_flaps_join() -> None:
     assert opened.root == "opensm" and opened.members == ["leaf-su01-r0:3"]
     assert storm.incident == opened.incident
     assert "4 heavy sweeps" in (opened.reason or "")
-    # a later detection of a member carries the incident (one page, no port runbook)
+    # a later detection of a member is the storm's cause: not filed under the incident,
+    # so its own runbook isolates the port (holding it would keep the storm going)
     member = Detection(id="det:x", ts=T0 + 21_000, fabric="f", source="fabricwatch",
                        device="leaf-su01-r0", port=3, detection=DetectionKind.FLAP,
                        severity="critical", action="isolate_port", episode="flap/x")
     [annotated] = [o for o in engine.correlate(member) if isinstance(o, Detection)]
-    assert annotated.incident == opened.incident
+    assert annotated.incident is None
     # the failover that follows joins the same incident rather than opening another
     engine.feed_all(sm("state", T0 + 22_000, state="master"))
     joined = engine.feed_all(sm("state", T0 + 23_000, sm="sm-2", state="master"))
