@@ -102,7 +102,9 @@ def build() -> dict[str, Any]:
         # every runbook pod reports the same cluster-wide counts: max, not sum
         prom_panel(7, "Runbooks by status", [("max by (status) (fabricwatch_runbooks)", "{{status}}"),
                                              ("max(fabricwatch_runbooks_needs_human)",
-                                              "waiting for a person")],
+                                              "waiting for a person"),
+                                             ("max(fabricwatch_runbooks_status_unknown)",
+                                              "status unknown (did not answer)")],
                    (0, 26)),
         prom_panel(8, "Dispatcher: detections per second, by outcome",
                    [(f"sum by (outcome) (rate(fabricwatch_runbook_dispatch_total[{rate}]))", "{{outcome}}")],
