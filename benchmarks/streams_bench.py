@@ -46,6 +46,7 @@ from benchmarks._machine import save_and_print  # noqa: E402
 from schemas import ContractError, PortEvent, decode  # noqa: E402
 
 PORTS_PER_DEVICE = 64
+COLUMNAR = False  # --columnar: counters as counter_columns messages
 BARE_CPU = [0.0, 0.0]  # the bare consumer's process CPU seconds at its first and last batch
 FABRICWATCH = str(Path(sys.executable).parent / "fabricwatch")
 
@@ -80,9 +81,12 @@ def counters_batch(device: str, seq: int, ts: int, errs: bool) -> bytes:
             "local_link_integrity_errors": 0, "excessive_buffer_overrun": 0,
             "fec_corrected": seq * 1000 + p, "fec_uncorrectable": 0, "raw_ber": 1.5e-9,
             "effective_ber": 1e-15, "width": "4X", "speed": "NDR"})
-    return orjson.dumps({"v": 1, "id": f"{device}/{seq}", "ts": ts, "fabric": "bench",
-                         "source": "gnmi", "kind": "counters", "device": device,
-                         "ports": ports})
+    head = {"v": 1, "id": f"{device}/{seq}", "ts": ts, "fabric": "bench", "source": "gnmi",
+            "device": device}
+    if COLUMNAR:  # the same samples as a counter_columns message
+        return orjson.dumps({**head, "kind": "counter_columns",
+                             "columns": {k: [p[k] for p in ports] for k in ports[0]}})
+    return orjson.dumps({**head, "kind": "counters", "ports": ports})
 
 
 def devices_for(ports: int) -> list[str]:
@@ -137,7 +141,7 @@ async def bare_throughput(bootstrap: str, total: int) -> tuple[float, int]:
                         ev = decode(r.value or b"")
                     except ContractError:
                         continue  # the worker dead-letters these; counted as messages
-                    samples += len(getattr(ev, "ports", ()))
+                    samples += getattr(ev, "port_count", None) or len(getattr(ev, "ports", ()))
         assert t0 is not None
         BARE_CPU[1] = time.process_time()
         return time.perf_counter() - t0, samples
@@ -347,6 +351,7 @@ async def run(args: argparse.Namespace, state: Path, bootstrap: str) -> dict[str
     return {
         "ports": len(devices) * PORTS_PER_DEVICE, "intervals": args.intervals,
         "messages": messages, "port_samples": samples, "ledger_sink": not args.no_ledger,
+        "message_form": "counter_columns" if COLUMNAR else "counters",
         "worker_processes": args.workers,
         "load_average_1m_at_end": round(os.getloadavg()[0], 2),
         "produce_s": round(produce_s, 2),
@@ -381,7 +386,11 @@ def main() -> None:
     parser.add_argument("--scenario", default="streams",
                         help="results file name: benchmarks/results/<scenario>.json")
     parser.add_argument("--bootstrap", default=None)
+    parser.add_argument("--columnar", action="store_true",
+                        help="send the counters as counter_columns messages")
     args = parser.parse_args()
+    global COLUMNAR
+    COLUMNAR = args.columnar
     with tempfile.TemporaryDirectory(prefix="fw-streams-bench-") as tmp:
         state = Path(tmp)
         with broker(args.bootstrap, state) as bootstrap:

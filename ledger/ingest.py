@@ -32,7 +32,7 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener  # type: ignore
 from aiokafka.errors import CommitFailedError  # type: ignore[import-untyped]
 
 from ledger.hold import SampleHold
-from schemas import ContractError, Counters, DeadLetter, Event
+from schemas import ContractError, CounterColumns, Counters, DeadLetter, Event
 from schemas import topics as registry
 from schemas.acceptance import (
     DEFAULT_BOUNDS,
@@ -85,8 +85,10 @@ def decode_record(topic: str, raw: bytes | None, received_ms: int | None = None,
         spec = registry.BY_NAME.get(topic)
         if spec is None:
             return None
-        return at_arrival(accept(spec, raw, received_ms=received_ms, bounds=bounds),
-                          received_ms, bounds)
+        event = at_arrival(accept(spec, raw, received_ms=received_ms, bounds=bounds),
+                           received_ms, bounds)
+        # the ledger stores samples as rows (a columnar message is the same rows)
+        return event.rows() if isinstance(event, CounterColumns) else event
     except ContractError:
         return None
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
@@ -19,6 +20,7 @@ from pydantic import (
     Field,
     SerializerFunctionWrapHandler,
     StrictBool,
+    create_model,
     field_validator,
     model_serializer,
     model_validator,
@@ -346,6 +348,10 @@ class Counters(Envelope):
                 seen.add(where)
         return self
 
+    def port_errors(self) -> Iterable[tuple[int, str | None]]:
+        """(port, the collector's error reading it or None), per sample."""
+        return ((s.port, s.error) for s in self.ports)
+
     def split(self) -> list[Counters]:
         """One message per device: itself when no sample names its own device.
 
@@ -360,6 +366,199 @@ class Counters(Envelope):
         return [self.model_copy(update={"id": f"{self.id}/{name}", "device": name,
                                         "ports": samples})
                 for name, samples in groups.items()]
+
+
+def _column_annotation(name: str) -> Any:
+    """``list[T]`` for a sample field of type ``T`` (its constraints kept per element)."""
+    info = PortSample.model_fields[name]
+    element = (Annotated[(info.annotation, *info.metadata)]
+               if info.metadata else info.annotation)
+    return list[element] if name == "port" else list[element] | None  # type: ignore[valid-type]
+
+
+class _ColumnsBase(BaseModel):
+    model_config = ConfigDict(extra="allow", frozen=True, allow_inf_nan=False)
+
+    @field_validator("device", check_fields=False)
+    @classmethod
+    def _device(cls, value: list[str | None] | None) -> list[str | None] | None:
+        return None if value is None else [None if d is None else check_device(d)
+                                            for d in value]
+
+    @model_serializer(mode="wrap")
+    def _absent_columns_stay_off_the_wire(self, handler: SerializerFunctionWrapHandler
+                                          ) -> dict[str, Any]:
+        return {k: v for k, v in handler(self).items() if v is not None}
+
+
+# One list per PortSample field, each element validated as the row's field would be (so a
+# column's values follow exactly the rules of the samples they stand for); unknown columns
+# are kept like a sample's unknown fields, and must be lists too (``CounterColumns``).
+_COLUMN_FIELDS: dict[str, Any] = {
+    name: (_column_annotation(name), ... if name == "port" else None)
+    for name in PortSample.model_fields}
+SampleColumns = create_model("SampleColumns", __base__=_ColumnsBase, **_COLUMN_FIELDS)
+
+
+# Every PortSample field's value where a sample does not carry it (all None but ``port``,
+# which every sample carries): a columnar message's samples are built as pydantic's
+# ``model_construct`` would build them, without its per-field default lookups.
+_SAMPLE_NONE: dict[str, None] = dict.fromkeys(PortSample.model_fields)
+assert all(info.default is None for name, info in PortSample.model_fields.items()  # noqa: S101
+           if name != "port"), "a PortSample field's default is not None"
+assert list(Counters.model_fields) == ["v", "id", "ts", "fabric", "source", "kind",  # noqa: S101
+                                       "device", "ports"], "CounterColumns.rows needs this"
+_new_object = object.__new__
+_set_attr = object.__setattr__
+
+
+class CounterColumns(Envelope):
+    """A device's port samples as columns (``fabric.counters``, key ``device``).
+
+    The same content as a ``Counters`` message, one list per sample field instead of one
+    object per port: ``columns.port`` names the ports and every other column is as long,
+    its element ``i`` the value for port ``i`` (null: not reported for that port, an absent
+    column: not reported at all). A producer that sends many ports per message (a switch's
+    64, a 100k-port poller) spends far less to encode it and every consumer far less to
+    decode it. ``rows()`` is the equal ``Counters`` message.
+    """
+
+    kind: Literal["counter_columns"] = "counter_columns"
+    device: Device
+    columns: SampleColumns
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, value: str) -> str:
+        return check_device(value)
+
+    @model_validator(mode="after")
+    def _shape(self) -> CounterColumns:
+        cols = self.column_map()
+        n = len(cols["port"])
+        for name, col in cols.items():
+            if not isinstance(col, list):
+                raise FieldError(f"columns.{name}",
+                                 f"columns.{name} must be a list, not {type(col).__name__}")
+            if len(col) != n:
+                raise FieldError(f"columns.{name}", f"columns.{name} has {len(col)} values "
+                                 f"for {n} ports")
+        limit = MAX_IB_PORT if self.source in IB_SOURCES else MAX_ETH_PORT
+        ports = cols["port"]
+        if ports and not (0 <= min(ports) and max(ports) <= limit):
+            i = next(i for i, p in enumerate(ports) if not 0 <= p <= limit)
+            raise FieldError(f"columns.port.{i}",
+                             f"columns.port.{i} {ports[i]} is outside 0..{limit}")
+        devices = cols.get("device")
+        if devices is not None:
+            seen: set[tuple[str, int]] = set()
+            for i, (dev, port) in enumerate(zip(devices, ports, strict=True)):
+                if dev is not None:
+                    if (dev, port) in seen:
+                        raise FieldError(f"columns.port.{i}", f"columns.port.{i} repeats port "
+                                         f"{port} of device {dev!r}")
+                    seen.add((dev, port))
+        return self
+
+    @property
+    def port_count(self) -> int:
+        return len(self.columns.port)  # type: ignore[attr-defined]
+
+    def unknown_columns(self) -> Iterable[str]:
+        """The names of the columns that are not sample fields."""
+        return self.columns.__pydantic_extra__ or ()
+
+    def column_map(self) -> dict[str, list[Any]]:
+        """The columns present (declared and unknown ones), by field name."""
+        cols: BaseModel = self.columns
+        present = {k: v for k, v in cols.__dict__.items() if v is not None}
+        if cols.__pydantic_extra__:
+            present.update(cols.__pydantic_extra__)
+        return present
+
+    def samples(self, indices: Iterable[int] | None = None) -> list[PortSample]:
+        """The ``PortSample`` of each port (or of the ports at ``indices``), with every
+        column's value for it (an unknown column's null left out, as a sample would not
+        carry it). The columns were validated by the samples' own rules."""
+        cols = self.column_map()
+        names = list(cols)
+        if indices is None:
+            rows: Iterable[Sequence[Any]] = zip(*cols.values(), strict=True)
+        else:
+            rows = ([cols[n][i] for n in names] for i in indices)
+        known = [n for n in names if n in _SAMPLE_NONE]
+        unknown = [n for n in names if n not in _SAMPLE_NONE]
+        if not unknown:  # the common shape: a dict per sample, no pydantic call
+            fields_set = set(known)
+            out = []
+            for values in rows:
+                sample = _new_object(PortSample)
+                values_of = dict(_SAMPLE_NONE)
+                values_of.update(zip(known, values, strict=True))
+                _set_attr(sample, "__dict__", values_of)
+                _set_attr(sample, "__pydantic_fields_set__", set(fields_set))
+                _set_attr(sample, "__pydantic_extra__", {})
+                _set_attr(sample, "__pydantic_private__", None)
+                out.append(sample)
+            return out
+        return [PortSample.model_construct(**{n: v for n, v in zip(names, values, strict=True)
+                                              if v is not None or n in _SAMPLE_NONE})
+                for values in rows]
+
+    def rows(self, samples: list[PortSample] | None = None) -> Counters:
+        """The equal row-form message (with ``samples`` instead: its envelope only)."""
+        d = self.__dict__
+        msg = _new_object(Counters)
+        _set_attr(msg, "__dict__", {
+            "v": d["v"], "id": d["id"], "ts": d["ts"], "fabric": d["fabric"],
+            "source": d["source"], "kind": "counters", "device": d["device"],
+            "ports": self.samples() if samples is None else samples})
+        _set_attr(msg, "__pydantic_fields_set__",
+                  {"ports", "kind", *self.__pydantic_fields_set__} - {"columns"})
+        _set_attr(msg, "__pydantic_extra__", dict(self.__pydantic_extra__ or {}))
+        _set_attr(msg, "__pydantic_private__", None)
+        return msg
+
+    def port_errors(self) -> Iterable[tuple[int, str | None]]:
+        """(port, the collector's error reading it or None), per port."""
+        cols: Any = self.columns
+        errors = cols.error
+        return zip(cols.port, errors if errors is not None else [None] * len(cols.port),
+                   strict=True)
+
+    def split(self) -> list[CounterColumns]:
+        """One message per device, as ``Counters.split``: itself when no port names its
+        own device; a part's id is ``{id}/{device}``, its columns those ports' values."""
+        cols: Any = self.columns
+        devices: list[str | None] | None = cols.device
+        if devices is None or devices.count(None) == len(devices):
+            return [self]
+        groups: dict[str, list[int]] = {}
+        for i, name in enumerate(devices):
+            groups.setdefault(name or self.device, []).append(i)
+        full = self.column_map()
+        parts = []
+        for name, at in groups.items():
+            part_cols = type(cols).model_construct(**{
+                k: [col[i] for i in at] for k, col in full.items()})
+            parts.append(self.model_copy(update={"id": f"{self.id}/{name}", "device": name,
+                                                 "columns": part_cols}))
+        return parts
+
+    @classmethod
+    def of(cls, counters: Counters) -> CounterColumns:
+        """The columnar form of a row-form message (its samples' fields as columns)."""
+        names: dict[str, None] = {}
+        for s in counters.ports:
+            names.update(dict.fromkeys(s.model_fields_set))
+            if s.__pydantic_extra__:
+                names.update(dict.fromkeys(s.__pydantic_extra__))
+        names = {"port": None, **names}
+        columns = {n: [s.__dict__.get(n, (s.__pydantic_extra__ or {}).get(n))
+                       for s in counters.ports] for n in names}
+        head = {k: v for k, v in counters.__dict__.items() if k not in ("kind", "ports")}
+        return cls.model_validate({**head, **(counters.__pydantic_extra__ or {}),
+                                   "kind": "counter_columns", "columns": columns})
 
 
 class Probe(Envelope):
@@ -688,13 +887,14 @@ class DeadLetter(BaseModel):
 
 
 AnyEvent = Annotated[
-    PortEvent | Counters | Probe | Topology | Detection | ActionRecord | EvidenceRecord
+    PortEvent | Counters | CounterColumns | Probe | Topology | Detection | ActionRecord | EvidenceRecord
     | JobPlacement | Incident | Maintenance | SmEvent,
     Field(discriminator="kind"),
 ]
 EVENT_MODELS: dict[str, type[Envelope]] = {
     "port_event": PortEvent,
     "counters": Counters,
+    "counter_columns": CounterColumns,
     "probe": Probe,
     "topology": Topology,
     "detection": Detection,
@@ -706,13 +906,15 @@ EVENT_MODELS: dict[str, type[Envelope]] = {
     "sm_event": SmEvent,
 }
 EVENT_KINDS = tuple(EVENT_MODELS)
-Event = (PortEvent | Counters | Probe | Topology | Detection | ActionRecord | EvidenceRecord
-         | JobPlacement | Incident | Maintenance | SmEvent)
+# A counters message in either form (``fabric.counters``).
+CountersMessage = Counters | CounterColumns
+Event = (PortEvent | Counters | CounterColumns | Probe | Topology | Detection | ActionRecord
+         | EvidenceRecord | JobPlacement | Incident | Maintenance | SmEvent)
 
 
 def message_key(event: Event) -> str:
     """The Kafka key the contract assigns to ``event``."""
-    if isinstance(event, Counters):
+    if isinstance(event, Counters | CounterColumns):
         return event.device
     if isinstance(event, Probe):
         return str(event.rail)

@@ -16,7 +16,7 @@ class Topic:
 
 PORT_EVENTS = Topic("fabric.port-events", "device:port", ("port_event",), 12,
                     "link state changes from SM traps, UFM, SONiC")
-COUNTERS = Topic("fabric.counters", "device", ("counters",), 12,
+COUNTERS = Topic("fabric.counters", "device", ("counters", "counter_columns"), 12,
                  "per-device batches of cumulative port counters")
 PROBES = Topic("fabric.probes", "rail", ("probe",), 4, "active probe results per rail")
 TOPOLOGY = Topic("fabric.topology", "fabric", ("topology",), 1, "discovered topology snapshots")

@@ -50,7 +50,7 @@ from runtime.settings import Settings
 from schemas import (
     Action,
     ContractError,
-    Counters,
+    CountersMessage,
     DeadLetter,
     Detection,
     Event,
@@ -202,7 +202,7 @@ class StreamsApp:
         self.sink: LedgerSink | None = LedgerSink(self._open_ledger) if ledger else None
         # Called by the counters agent with each decoded counters message and its
         # partition (the stale detector), so that a message is decoded once.
-        self.counters_observers: list[Callable[[Counters, int], Awaitable[None]]] = []
+        self.counters_observers: list[Callable[[CountersMessage, int], Awaitable[None]]] = []
         self.stats: dict[str, float] = {"events": 0, "samples": 0, "detections": 0,
                                         "dead_letters": 0, "persisted": 0, "persist_ms": 0.0,
                                         "counters_ms": 0.0, "incidents": 0}

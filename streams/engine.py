@@ -16,7 +16,9 @@ from typing import Any
 
 from schemas import (
     ActionRecord,
+    CounterColumns,
     Counters,
+    CountersMessage,
     Detection,
     Event,
     Incident,
@@ -29,6 +31,7 @@ from schemas import (
 from schemas.policy import Policy
 from streams.breaker import logic as breaker
 from streams.common import state_key
+from streams.counters import columns
 from streams.counters.logic import CountersDetector, counters_key
 from streams.degraded_link.logic import Expectation, step_topology
 from streams.flap.logic import CounterDowns, Excuse, FlapState
@@ -156,7 +159,9 @@ class Engine:
         out: list[Detection] = []
         if isinstance(event, PortEvent | CounterDowns):
             out += self.feed_flap(event)
-        elif isinstance(event, Counters):
+        elif isinstance(event, Counters | CounterColumns):
+            if isinstance(event, CounterColumns):  # the same states and outputs as its rows
+                event = event.rows()
             parts = event.split()  # a host agent's message: one part per HCA
             for part in parts:
                 dkey = counters_key(part.fabric, part.device, part.source)
@@ -217,8 +222,23 @@ class Engine:
                        ) -> tuple[dict[str, Any], list[Detection], list[CounterDowns], bool]:
         return once(value, event.id, lambda st: self.counters.step(st, event))
 
-    def apply_stale(self, value: dict[str, Any] | None, event: Counters, lane: int = 0,
-                    parts: list[Counters] | None = None
+    def apply_counter_columns(self, value: dict[str, Any] | None, event: CounterColumns,
+                              view: columns.View | None
+                              ) -> tuple[dict[str, Any], list[Detection], list[CounterDowns],
+                                         bool, columns.View | None]:
+        """``apply_counters`` of a columnar message (the same state and outputs), with the
+        column view the last call returned for this key (``streams.counters.columns``)."""
+        views: list[columns.View | None] = [view]
+
+        def run(st: Any) -> tuple[Any, list[Detection], list[CounterDowns]]:
+            new, dets, downs, views[0] = self.counters.step_columns(st, event, view)
+            return new, dets, downs
+
+        box, dets, downs, redelivered = once(value, event.id, run)
+        return box, dets, downs, redelivered, views[0]
+
+    def apply_stale(self, value: dict[str, Any] | None, event: CountersMessage, lane: int = 0,
+                    parts: list[Counters] | list[CounterColumns] | None = None
                     ) -> tuple[dict[str, Any], list[Detection], list[CounterDowns], bool]:
         def run(st: Any) -> tuple[Any, list[Detection], list[CounterDowns]]:
             new, dets = self.stale.step(st, event, lane, parts)

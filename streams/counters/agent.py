@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from schemas import Counters
+from schemas import CounterColumns, Counters, CountersMessage
 from schemas import topics as registry
+from streams.counters.columns import View
 from streams.counters.logic import counters_key
 
 if TYPE_CHECKING:
@@ -39,19 +40,28 @@ def register(sa: StreamsApp) -> None:
     # This worker's current states, ahead of the table by at most PERSIST_EVERY_MS of
     # sample times. Cleared on every rebalance: the table (changelog) is the truth then.
     cache: dict[bytes, dict[str, Any]] = {}
+    # The column views of those states (streams.counters.columns), for columnar messages.
+    views: dict[bytes, View | None] = {}
 
     def on_revoked(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
         cache.clear()
+        views.clear()
 
     sa.app.on_partitions_revoked.connect(on_revoked)
 
-    async def process(msg: Counters) -> None:
+    async def process(msg: CountersMessage) -> None:
         key = counters_key(msg.fabric, msg.device, msg.source).encode()
         value = cache.get(key)
         if value is None:
             stored = table.get(key)
             value = orjson.loads(stored) if stored else None
-        value, detections, downs, redelivered = sa.engine.apply_counters(value, msg)
+        if isinstance(msg, CounterColumns):
+            value, detections, downs, redelivered, views[key] = (
+                sa.engine.apply_counter_columns(value, msg, views.get(key)))
+            samples = msg.port_count
+        else:
+            value, detections, downs, redelivered = sa.engine.apply_counters(value, msg)
+            samples = len(msg.ports)
         cache[key] = value
         state = value["s"]
         if not redelivered and (state.pop("dirty", True) or detections or downs
@@ -62,7 +72,7 @@ def register(sa: StreamsApp) -> None:
             sa.stats["persist_ms"] += (time.perf_counter() - t0) * 1000
             sa.stats["persisted"] += 1
         sa.stats["events"] += 1
-        sa.stats["samples"] += len(msg.ports)
+        sa.stats["samples"] += samples
         for d in downs:
             await sa.counter_downs.send(key=f"{d.device}:{d.port}".encode(),
                                         value=orjson.dumps(d.to_wire()))
@@ -75,7 +85,7 @@ def register(sa: StreamsApp) -> None:
             t_start = time.perf_counter()
             try:
                 msg = await sa.decode(event, registry.COUNTERS)
-                if not isinstance(msg, Counters):
+                if not isinstance(msg, Counters | CounterColumns):
                     continue
                 for part in msg.split():  # a host agent's message: one part per HCA
                     await process(part)

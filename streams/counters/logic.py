@@ -66,10 +66,17 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from schemas import LEGACY_COUNTER_BITS, Counters, Detection, DetectionKind, PortSample
+from schemas import (
+    LEGACY_COUNTER_BITS,
+    CounterColumns,
+    Counters,
+    Detection,
+    DetectionKind,
+    PortSample,
+)
 from schemas.policy import SPEED_RANK, WIDTH_RANK, Policy
 from streams.common import episode_id, make_detection, state_key
-from streams.counters import congestion, optics
+from streams.counters import columns, congestion, optics
 from streams.counters.ber import (
     METRIC_NAMES,
     BerRules,
@@ -124,6 +131,18 @@ def counters_key(fabric: str, device: str, source: str) -> str:
     return state_key(fabric, f"{device}|{source}")
 
 
+class _Outputs:
+    """What one message's samples produce, and what the device-wide rules read after."""
+
+    __slots__ = ("detections", "downs", "judged", "legacy")
+
+    def __init__(self, legacy: bool) -> None:
+        self.legacy = legacy
+        self.detections: list[Detection] = []
+        self.downs: list[CounterDowns] = []
+        self.judged: list[congestion.Judged] = []
+
+
 class CountersDetector:
     """Counter-health detection with the policy's thresholds resolved once."""
 
@@ -169,126 +188,170 @@ class CountersDetector:
             state = new_state()
         self._dirty = False
         self._ecn = None
+        out = _Outputs(event.source in LEGACY_SOURCES)
+        for sample in event.ports:
+            self._sample(state, event, sample, out)
+        return self._finish(state, event, lambda: {s.port: s for s in event.ports}, out)
+
+    def step_columns(self, state: DeviceState | None, event: CounterColumns,
+                     view: columns.View | None = None
+                     ) -> tuple[DeviceState, list[Detection], list[CounterDowns],
+                                columns.View | None]:
+        """Apply one columnar counters message: the same state and outputs as ``step`` of
+        ``event.rows()``, with the ports the column checks find quiet (nothing moved,
+        nothing due, nothing open) only stamped with the message's time.
+
+        ``view`` is what the last call returned for this state (``streams.counters.columns``,
+        derived, never stored); None or a stale one is rebuilt.
+        """
+        if state is None:
+            state = new_state()
+        self._dirty = False
+        self._ecn = None
+        cols = event.column_map()
+        head = event.rows([])  # the envelope the rules read (id, ts, device, ...)
+        out = _Outputs(event.source in LEGACY_SOURCES)
+        picked = columns.select(self, state, cols, event.ts, view, out.legacy,
+                                event.unknown_columns())
+        ts = event.ts
+        if picked is None:  # every port goes the per-sample way
+            rows = event.rows()
+            for sample in rows.ports:
+                self._sample(state, head, sample, out)
+            return (*self._finish(state, head, lambda: {s.port: s for s in rows.ports}, out),
+                    columns.build(self, state, cols))
+        view, slow = picked
+        if slow:
+            for sample in event.samples(slow):
+                self._sample(state, head, sample, out)
+        for ps in view.states:  # the quiet ones; the judged ones are already
+            ps[0] = ts
+        columns.refresh(view, ts, slow)
+        return (*self._finish(state, head, lambda: {s.port: s for s in event.rows().ports},
+                              out), view)
+
+    def _sample(self, state: DeviceState, event: Counters, sample: PortSample,
+                out: _Outputs) -> None:
+        """One sample: its deltas, and the rules its values or due windows call for."""
         ports: dict[str, PortState] = state["ports"]
         ts = event.ts
-        detections: list[Detection] = []
-        downs: list[CounterDowns] = []
-        legacy = event.source in LEGACY_SOURCES
-        gauge_floors = self.ber.gauge_floors
-        cong_ms = self.cong_ms
-        judged: list[congestion.Judged] = []
-        for sample in event.ports:
-            key = str(sample.port)
-            ps = ports.get(key)
-            # __dict__ and __pydantic_extra__ directly: pydantic's __getattr__ for a missing
-            # extra costs more than the rest of a healthy sample's work.
-            fields = sample.__dict__
-            extra = sample.__pydantic_extra__
-            values = [fields[f] for f in _MODEL_TRACKED]
-            values.append(extra.get("pfc_pause_duration_us") if extra else None)
-            if ps is None:
-                ports[key] = ps = [ts, values, None]
-                self._dirty = True
-                if values[_I_PRX] is not None and fields["port_xmit_data"] is not None:
-                    # the pause-storm rule's draining check needs the interval's start
-                    ps[2] = {"d": [ts, fields["port_xmit_data"]]}
-                if values[_I_ECN] is not None and extra:
-                    # per-priority ECN vs PFC needs the first per-queue reading too
-                    pq = congestion.priority_readings(extra)
-                    if pq is not None:
-                        self._ext(ps)["pq"] = pq
-                prev_ts = None
-                deltas: list[int] | None = None
+        detections = out.detections
+        key = str(sample.port)
+        ps = ports.get(key)
+        # __dict__ and __pydantic_extra__ directly: pydantic's __getattr__ for a missing
+        # extra costs more than the rest of a healthy sample's work.
+        fields = sample.__dict__
+        extra = sample.__pydantic_extra__
+        values = [fields[f] for f in _MODEL_TRACKED]
+        values.append(extra.get("pfc_pause_duration_us") if extra else None)
+        if ps is None:
+            ports[key] = ps = [ts, values, None]
+            self._dirty = True
+            if values[_I_PRX] is not None and fields["port_xmit_data"] is not None:
+                # the pause-storm rule's draining check needs the interval's start
+                ps[2] = {"d": [ts, fields["port_xmit_data"]]}
+            if values[_I_ECN] is not None and extra:
+                # per-priority ECN vs PFC needs the first per-queue reading too
+                pq = congestion.priority_readings(extra)
+                if pq is not None:
+                    self._ext(ps)["pq"] = pq
+            prev_ts = None
+            deltas: list[int] | None = None
+        else:
+            prev_ts = ps[0]
+            if ts <= prev_ts:
+                state["stale"] += 1
+                return
+            last = ps[1]
+            ps[0] = ts
+            if values == last:
+                # The fast path of a healthy port: no tracked counter moved. Deltas are
+                # only needed to end an open episode.
+                ext = ps[2]
+                deltas = None if ext is None or "o" not in ext else _ZEROS
             else:
-                prev_ts = ps[0]
-                if ts <= prev_ts:
-                    state["stale"] += 1
-                    continue
-                last = ps[1]
-                ps[0] = ts
-                if values == last:
-                    # The fast path of a healthy port: no tracked counter moved. Deltas are
-                    # only needed to end an open episode.
-                    ext = ps[2]
-                    deltas = None if ext is None or "o" not in ext else _ZEROS
-                else:
-                    self._dirty = True
-                    deltas = []
-                    reset = False
-                    for i, v in enumerate(values):
-                        if v is None:
-                            deltas.append(0)
-                            values[i] = last[i]  # keep the last reading of one not reported
-                            continue
-                        p = last[i]
-                        if p is None:
-                            deltas.append(0)
-                        elif v >= p:
-                            deltas.append(v - p)
-                        else:  # a decrease is a reset: the new value counts from zero
-                            deltas.append(v)
-                            reset = True
-                    ps[1] = values
-                    if reset:
-                        self._ext(ps)["r"] = self._ext(ps).get("r", 0) + 1
+                self._dirty = True
+                deltas = []
+                reset = False
+                for i, v in enumerate(values):
+                    if v is None:
+                        deltas.append(0)
+                        values[i] = last[i]  # keep the last reading of one not reported
+                        continue
+                    p = last[i]
+                    if p is None:
+                        deltas.append(0)
+                    elif v >= p:
+                        deltas.append(v - p)
+                    else:  # a decrease is a reset: the new value counts from zero
+                        deltas.append(v)
+                        reset = True
+                ps[1] = values
+                if reset:
+                    self._ext(ps)["r"] = self._ext(ps).get("r", 0) + 1
+        ext = ps[2]
+        # Most samples stop here: no errors, no saturation, nothing open, link at plan.
+        if deltas is not None and prev_ts is not None:
+            if deltas[_I_DOWN] > 0:
+                out.downs.append(CounterDowns(
+                    id=f"{event.id}/{sample.port}", fabric=event.fabric,
+                    device=event.device, port=sample.port, start=prev_ts, ts=ts,
+                    increase=deltas[_I_DOWN], source=event.source))
+            if (deltas[_I_SYM] or deltas[_I_LER] or deltas[_I_RCV] or deltas[_I_DISC]
+                    or (ext is not None and "o" in ext)):
+                self._rates(ps, deltas, event, sample, detections)
+            if values[_I_PRX] is not None or values[_I_PTX] is not None:
+                self._congestion(ps, deltas, ts - prev_ts, event, sample, detections)
+        if (fields["fec_corrected"] is not None or fields["fec_uncorrectable"] is not None
+                or fields["port_rcv_pkts"] is not None
+                or fields["port_xmit_pkts"] is not None):
+            self._ber_window(ps, event, sample, detections)
             ext = ps[2]
-            # Most samples stop here: no errors, no saturation, nothing open, link at plan.
-            if deltas is not None and prev_ts is not None:
-                if deltas[_I_DOWN] > 0:
-                    downs.append(CounterDowns(
-                        id=f"{event.id}/{sample.port}", fabric=event.fabric,
-                        device=event.device, port=sample.port, start=prev_ts, ts=ts,
-                        increase=deltas[_I_DOWN], source=event.source))
-                if (deltas[_I_SYM] or deltas[_I_LER] or deltas[_I_RCV] or deltas[_I_DISC]
-                        or (ext is not None and "o" in ext)):
-                    self._rates(ps, deltas, event, sample, detections)
-                if values[_I_PRX] is not None or values[_I_PTX] is not None:
-                    self._congestion(ps, deltas, ts - prev_ts, event, sample, detections)
-            if (fields["fec_corrected"] is not None or fields["fec_uncorrectable"] is not None
-                    or fields["port_rcv_pkts"] is not None
-                    or fields["port_xmit_pkts"] is not None):
-                self._ber_window(ps, event, sample, detections)
-                ext = ps[2]
-            raw, eff = fields["raw_ber"], fields["effective_ber"]
-            if raw is not None or eff is not None:
-                raw_floor, eff_floor = gauge_floors(fields["speed"], fields["fec_mode"],
-                                                    fields["media"])
-                if ((raw is not None and raw > raw_floor)
-                        or (eff is not None and eff > eff_floor)
-                        or (ext is not None and "o" in ext)):
-                    self._ber_gauges(ps, event, sample, detections)
-            if legacy or sample.counter_bits:
-                self._saturation(ps, event, sample, detections)
-            if fields["width"] is not None or fields["speed"] is not None:
-                self._degraded(ps, event, sample, detections)
-            # Optics and credit waits: a healthy reading is a comparison with the port's
-            # stored trigger levels / window end (streams.counters.optics, .congestion).
-            temp, power = fields["module_temp_c"], fields["rx_power_dbm"]
-            if temp is not None or power is not None:
-                ext = ps[2]
-                ob = ext.get("t") if ext is not None else None
-                if (ob is None or ts >= ob[0] or (temp is not None and temp > ob[3])
-                        or (power is not None and power < ob[4]) or "o" in ext):
-                    optics.judge(self, ps, event, sample, temp, power, detections)
-            wait = fields["xmit_wait"]
-            if wait is not None:
-                ext = ps[2]
-                q = ext.get("q") if ext is not None else None
-                if q is None or ts - q[0] >= cong_ms:
-                    congestion.judge_wait(self, ps, event, sample, wait,
-                                          fields["port_xmit_data"], detections, judged)
-            if extra and congestion.has_pfcwd(extra):
-                congestion.judge_pfcwd(self, ps, event, sample, extra, detections)
+        raw, eff = fields["raw_ber"], fields["effective_ber"]
+        if raw is not None or eff is not None:
+            raw_floor, eff_floor = self.ber.gauge_floors(fields["speed"], fields["fec_mode"],
+                                                         fields["media"])
+            if ((raw is not None and raw > raw_floor)
+                    or (eff is not None and eff > eff_floor)
+                    or (ext is not None and "o" in ext)):
+                self._ber_gauges(ps, event, sample, detections)
+        if out.legacy or sample.counter_bits:
+            self._saturation(ps, event, sample, detections)
+        if fields["width"] is not None or fields["speed"] is not None:
+            self._degraded(ps, event, sample, detections)
+        # Optics and credit waits: a healthy reading is a comparison with the port's
+        # stored trigger levels / window end (streams.counters.optics, .congestion).
+        temp, power = fields["module_temp_c"], fields["rx_power_dbm"]
+        if temp is not None or power is not None:
+            ext = ps[2]
+            ob = ext.get("t") if ext is not None else None
+            if (ob is None or ts >= ob[0] or (temp is not None and temp > ob[3])
+                    or (power is not None and power < ob[4]) or "o" in ext):
+                optics.judge(self, ps, event, sample, temp, power, detections)
+        wait = fields["xmit_wait"]
+        if wait is not None:
+            ext = ps[2]
+            q = ext.get("q") if ext is not None else None
+            if q is None or ts - q[0] >= self.cong_ms:
+                congestion.judge_wait(self, ps, event, sample, wait,
+                                      fields["port_xmit_data"], detections, out.judged)
+        if extra and congestion.has_pfcwd(extra):
+            congestion.judge_pfcwd(self, ps, event, sample, extra, detections)
+
+    def _finish(self, state: DeviceState, event: Counters,
+                samples: Callable[[], dict[int, PortSample]], out: _Outputs
+                ) -> tuple[DeviceState, list[Detection], list[CounterDowns]]:
+        """The device-wide rules over what the samples tallied (ECN vs PFC, hot uplinks)."""
+        detections = out.detections
         if self._ecn is not None:
-            congestion.judge_ecn(self, state, event, {s.port: s for s in event.ports},
-                                 self._ecn, detections)
-        if judged and self.uplinks is not None:
-            congestion.judge_hot(self, ports, event, {s.port: s for s in event.ports},
-                                 judged, detections)
+            congestion.judge_ecn(self, state, event, samples(), self._ecn, detections)
+        if out.judged and self.uplinks is not None:
+            congestion.judge_hot(self, state["ports"], event, samples(), out.judged,
+                                 detections)
         # Whether anything but sample times changed: the worker persists a state whose only
         # change is newer times less often (cumulative counters make that lossless).
-        state["dirty"] = self._dirty or bool(detections) or bool(downs)
-        return state, detections, downs
+        state["dirty"] = self._dirty or bool(detections) or bool(out.downs)
+        return state, detections, out.downs
 
     # -- the rarer paths ---------------------------------------------------------------------
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from schemas import Counters
+from schemas import CountersMessage
 from schemas import topics as registry
 from streams.common import state_key
 from streams.stale.logic import stream_key
@@ -79,7 +79,7 @@ def register(sa: StreamsApp) -> None:
         table[state_key(fabric, f"p{partition}").encode()] = orjson.dumps(piece)
         loaded[(fabric, partition)] = ts
 
-    async def observe(msg: Counters, partition: int) -> None:
+    async def observe(msg: CountersMessage, partition: int) -> None:
         """One decoded counters message of ``partition`` (called by the counters agent)."""
         if (msg.fabric, partition) not in loaded:
             load(msg.fabric, partition)

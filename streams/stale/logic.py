@@ -41,7 +41,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from typing import Any
 
-from schemas import Counters, Detection, DetectionKind, Severity
+from schemas import CounterColumns, Counters, CountersMessage, Detection, DetectionKind, Severity
 from schemas.policy import Policy
 from streams.common import episode_id, make_detection
 
@@ -80,8 +80,9 @@ class StaleDetector:
         self.min_ms = st.min_interval * 1000
         self.action = st.action
 
-    def step(self, state: StaleState | None, event: Counters, lane: int = 0,
-             parts: list[Counters] | None = None) -> tuple[StaleState, list[Detection]]:
+    def step(self, state: StaleState | None, event: CountersMessage, lane: int = 0,
+             parts: list[Counters] | list[CounterColumns] | None = None
+             ) -> tuple[StaleState, list[Detection]]:
         """Apply one counters message of ``lane``; the (mutated) state and any detections.
 
         A host agent's message is one stream per HCA (``Counters.split``; ``parts`` when
@@ -118,7 +119,7 @@ class StaleDetector:
             return self.default_ms
         return max(interval, self.min_ms)
 
-    def _observe(self, state: StaleState, event: Counters) -> list[Detection]:
+    def _observe(self, state: StaleState, event: CountersMessage) -> list[Detection]:
         key = stream_key(event.source, event.device)
         streams: dict[str, list[Any]] = state["s"]
         rec = streams.get(key)
@@ -141,15 +142,15 @@ class StaleDetector:
             rec[0] = event.ts
         ports: dict[str, list[Any]] = rec[3]
         expected = self.expected_ms(rec[1])
-        for sample in event.ports:
-            pkey = str(sample.port)
+        for port, error in event.port_errors():
+            pkey = str(port)
             prec = ports.get(pkey)
-            if sample.error is None:
+            if error is None:
                 if prec is None:
                     ports[pkey] = [event.ts, None]
                 else:
                     if prec[1] is not None:
-                        out.append(self._end(state["fabric"], event.device, sample.port,
+                        out.append(self._end(state["fabric"], event.device, port,
                                              prec[1], event.ts,
                                              {"scope": "port",
                                               "silent_s": (event.ts - prec[0]) / 1000,
@@ -161,14 +162,14 @@ class StaleDetector:
                 prec = ports[pkey] = [event.ts, None]
             if (prec[1] is None and expected is not None
                     and event.ts - prec[0] > self.factor * expected):
-                ep = episode_id(DetectionKind.STALE, event.device, sample.port, prec[0],
+                ep = episode_id(DetectionKind.STALE, event.device, port, prec[0],
                                 event.source)
                 prec[1] = ep
                 out.append(self._detection(
-                    state["fabric"], event.device, sample.port, event.ts, ep,
+                    state["fabric"], event.device, port, event.ts, ep,
                     {"scope": "port", "source": event.source, "last_good_ts": prec[0],
                      "expected_interval_s": round(expected / 1000, 3),
-                     "silent_s": (event.ts - prec[0]) / 1000, "error": sample.error,
+                     "silent_s": (event.ts - prec[0]) / 1000, "error": error,
                      "interval_factor": self.factor}))
         return out
 

@@ -1,0 +1,203 @@
+"""The columnar counters path: the same states and outputs as the per-sample path.
+
+``CountersDetector.step_columns`` skips the per-sample rules for the ports its column checks
+find quiet (``streams.counters.columns``). Skipping may only ever happen where the
+per-sample rules would have done nothing but stamp the port's time: random sequences of
+messages (counters that move or stand still, resets, ports that come and go, stale
+messages, BER, optics, credit waits, pauses, watchdog stats, legacy registers at their
+maximum, a plan's expectation) go through both paths, and the device state (as stored), the
+detections and the counter downs must be identical after every message, whether the view
+is kept, dropped (a restart) or the state read back from its stored bytes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from schemas import CounterColumns, Counters, decode
+from schemas.policy import Policy
+from streams.counters.columns import View
+from streams.counters.logic import CountersDetector
+from streams.degraded_link.logic import Expectation
+
+T0 = 1_700_000_000_000
+
+# small, so values often stand still and sometimes fall (resets); and a legacy register's
+# maximum (16-bit symbol errors, 8-bit link downs) now and then
+counter = st.integers(0, 3) | st.sampled_from([255, 65535])
+maybe = st.none() | counter
+
+
+@st.composite
+def port_sample(draw: st.DrawFn, port: int) -> dict[str, Any]:
+    row: dict[str, Any] = {"port": port}
+    for name in ("symbol_errors", "link_error_recovery", "link_downed", "rcv_errors",
+                 "xmit_discards"):
+        row[name] = draw(maybe)
+    if draw(st.booleans()):
+        row.update(fec_corrected=draw(st.integers(0, 10**9)), fec_uncorrectable=draw(maybe))
+    if draw(st.booleans()):
+        row.update(port_rcv_pkts=draw(st.integers(0, 10**6)),
+                   port_xmit_pkts=draw(st.integers(0, 10**6)))
+    if draw(st.booleans()):
+        row.update(raw_ber=draw(st.sampled_from([1e-12, 1e-9, 3e-5, 1e-3])),
+                   effective_ber=draw(st.sampled_from([1e-16, 1e-13, 1e-9])))
+    if draw(st.booleans()):
+        row.update(width=draw(st.sampled_from(["4X", "2X", None])),
+                   speed=draw(st.sampled_from(["NDR", "HDR", None])))
+    if draw(st.booleans()):
+        row.update(module_temp_c=draw(st.sampled_from([40.0, 55.5, 69.0, 75.0])),
+                   rx_power_dbm=draw(st.sampled_from([-2.0, -6.5, -12.0])))
+    if draw(st.booleans()):
+        row["xmit_wait"] = draw(st.integers(0, 10**9))
+        row["port_xmit_data"] = draw(st.integers(0, 10**9))
+    if draw(st.integers(0, 4)) == 0:
+        row.update(pfc_pause_rx=draw(st.integers(0, 10**6)),
+                   pfc_pause_tx=draw(st.integers(0, 10**6)),
+                   ecn_marked=draw(st.integers(0, 10**6)))
+        if draw(st.booleans()):
+            row["pfc_pause_duration_us"] = draw(st.integers(0, 10**8))
+        if draw(st.booleans()):
+            row["pfc3_tx"] = draw(st.integers(0, 10**6))
+            row["ecn_marked_q3"] = draw(st.integers(0, 10**6))
+    if draw(st.integers(0, 9)) == 0:
+        row["pfcwd_q3_storm_detected"] = draw(st.integers(0, 2))
+    if draw(st.integers(0, 9)) == 0:
+        row["counter_bits"] = {"symbol_errors": 2}
+    if draw(st.integers(0, 9)) == 0:
+        row["error"] = "read failed"
+    return {k: v for k, v in row.items() if v is not None or draw(st.booleans())}
+
+
+# What a message may change about a port's last sample (most of a message stands still, so
+# the column checks have quiet ports to find, and one changed value to notice).
+CHANGES: dict[str, st.SearchStrategy[Any]] = {
+    "symbol_errors": maybe, "link_downed": maybe, "rcv_errors": maybe,
+    "fec_corrected": st.integers(0, 10**9), "fec_uncorrectable": maybe,
+    "port_rcv_pkts": st.integers(0, 10**6),
+    "raw_ber": st.sampled_from([None, 1e-12, 1e-9, 3e-5, 1e-3]),
+    "effective_ber": st.sampled_from([None, 1e-16, 1e-13, 1e-9]),
+    "width": st.sampled_from(["4X", "2X", None]), "speed": st.sampled_from(["NDR", "HDR", None]),
+    "fec_mode": st.sampled_from([None, "RS-FEC (544,514)", "PLR"]),
+    "media": st.sampled_from([None, "dac", "active"]),
+    "module_temp_c": st.sampled_from([None, 40.0, 55.5, 69.0, 75.0]),
+    "rx_power_dbm": st.sampled_from([None, -2.0, -6.5, -12.0]),
+    "xmit_wait": st.integers(0, 10**9), "pfc_pause_rx": st.integers(0, 10**6),
+    "pfc_pause_duration_us": st.integers(0, 10**8),
+    "pfcwd_q3_storm_detected": st.sampled_from([None, 0, 1]),
+    "counter_bits": st.sampled_from([None, {"symbol_errors": 2}]),
+    "rx_power_low_dbm": st.sampled_from([None, -9.0]),
+}
+
+
+@st.composite
+def message_plan(draw: st.DrawFn) -> list[tuple[int, str, list[dict[str, Any]], str]]:
+    """(ts, source, samples, what happens to the view before it)."""
+    ports = draw(st.lists(st.integers(1, 8), min_size=1, max_size=5, unique=True))
+    source = draw(st.sampled_from(["gnmi", "perfquery", "ufm"]))
+    last = {p: draw(port_sample(p)) for p in ports}
+    out = []
+    ts = T0
+    for _ in range(draw(st.integers(1, 16))):
+        ts += draw(st.sampled_from([0, -5_000, 10_000, 10_000, 10_000, 60_000, 300_000,
+                                    900_000, 7_200_000]))
+        ts = max(ts, T0)
+        chosen = ports if draw(st.integers(0, 5)) else draw(
+            st.lists(st.sampled_from(ports), min_size=1, max_size=len(ports), unique=True))
+        for p in chosen:
+            if draw(st.integers(0, 2)) == 0:
+                name = draw(st.sampled_from(sorted(CHANGES)))
+                value = draw(CHANGES[name])
+                if value is None and draw(st.booleans()):
+                    last[p].pop(name, None)
+                else:
+                    last[p][name] = value
+        samples = [dict(last[p]) for p in chosen]
+        out.append((ts, source, samples, draw(st.sampled_from(["keep"] * 6 + ["drop",
+                                                                               "reload"]))))
+    return out
+
+
+def _expectation(device: str, port: int) -> Expectation | None:
+    return ("4X", "NDR") if port % 2 else None
+
+
+def _uplinks(device: str) -> frozenset[int]:
+    return frozenset({1, 2, 3, 4})
+
+
+def _columns(i: int, ts: int, source: str, samples: list[dict[str, Any]]) -> CounterColumns:
+    names: dict[str, None] = {}
+    for s in samples:
+        names.update(dict.fromkeys(s))
+    cols = {n: [s.get(n) for s in samples] for n in names}
+    raw = orjson.dumps({"v": 1, "id": f"leaf-1/{i}", "ts": ts, "fabric": "f",
+                        "source": source, "kind": "counter_columns", "device": "leaf-1",
+                        "columns": cols})
+    msg = decode(raw)
+    assert isinstance(msg, CounterColumns)
+    return msg
+
+
+def _wire(out: tuple[Any, ...]) -> tuple[bytes, list[Any], list[Any]]:
+    state, dets, downs = out[:3]
+    return (orjson.dumps(state), [d.to_wire() for d in dets], [d.to_wire() for d in downs])
+
+
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(plan=message_plan(), with_plan=st.booleans())
+def test_columnar_path_equals_the_per_sample_path(
+        plan: list[tuple[int, str, list[dict[str, Any]], str]], with_plan: bool) -> None:
+    kw: dict[str, Any] = {"expectation": _expectation, "uplinks": _uplinks} if with_plan else {}
+    rows_det = CountersDetector(Policy(), **kw)
+    cols_det = CountersDetector(Policy(), **kw)
+    rows_state: dict[str, Any] | None = None
+    cols_state: dict[str, Any] | None = None
+    view: View | None = None
+    for i, (ts, source, samples, fate) in enumerate(plan):
+        msg = _columns(i, ts, source, samples)
+        if fate == "drop":
+            view = None
+        elif fate == "reload" and cols_state is not None:
+            cols_state = orjson.loads(orjson.dumps(cols_state))  # the view now points at
+        a = rows_det.step(rows_state, msg.rows())                # a state that is gone
+        b = cols_det.step_columns(cols_state, msg, view)
+        assert _wire(a) == _wire(b), f"message {i} ({fate})"
+        rows_state, cols_state, view = a[0], b[0], b[3]
+
+
+def test_a_quiet_message_judges_no_port() -> None:
+    """The point of it: an unchanged healthy message leaves every port to the columns."""
+    det = CountersDetector(Policy())
+    row = {"symbol_errors": 0, "link_downed": 0, "rcv_errors": 0, "fec_corrected": 5,
+           "raw_ber": 1e-12, "width": "4X", "speed": "NDR", "xmit_wait": 7,
+           "module_temp_c": 40.0, "rx_power_dbm": -2.0}
+    state, view = None, None
+    picked: list[int] | None = None
+    for i in range(4):
+        samples = [{"port": p, **row, "fec_corrected": 5 + i, "xmit_wait": 7 + i}
+                   for p in range(1, 65)]
+        msg = _columns(i, T0 + i * 10_000, "gnmi", samples)
+        if view is not None:
+            from streams.counters import columns
+            got = columns.select(det, state, msg.column_map(), msg.ts, view, False)
+            assert got is not None
+            picked = got[1]
+        state, dets, downs, view = det.step_columns(state, msg, view)
+        assert not dets and not downs
+    assert picked == []
+
+
+def test_rows_and_columns_round_trip() -> None:
+    samples = [{"port": 1, "symbol_errors": 3, "width": "4X", "rx_power_low_dbm": -9.0},
+               {"port": 2, "symbol_errors": None, "speed": "NDR"}]
+    rows = Counters.model_validate({"id": "x", "ts": T0, "fabric": "f", "source": "gnmi",
+                                    "device": "leaf-1", "ports": samples})
+    cols = CounterColumns.of(rows)
+    assert cols.column_map()["rx_power_low_dbm"] == [-9.0, None]
+    assert cols.rows() == rows
+    assert decode(orjson.dumps(cols.to_wire())).rows() == rows  # type: ignore[union-attr]
