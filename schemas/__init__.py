@@ -30,6 +30,7 @@ from schemas.events import (
     SmEvent,
     Topology,
     TopologyLink,
+    columns_wire,
     message_key,
     port_key,
     ts_to_ms,
@@ -43,6 +44,6 @@ __all__ = [
     "EvidenceRecord", "Incident", "IncidentCause", "JobPlacement", "Maintenance",
     "PortEvent", "PortSample", "Probe", "Severity", "SmEvent", "Topology",
     "TopologyLink",
-    "dead_letter", "decode", "decode_obj", "dumps", "encode", "loads", "message_key", "port_key",
-    "ts_to_ms",
+    "columns_wire", "dead_letter", "decode", "decode_obj", "dumps", "encode", "loads",
+    "message_key", "port_key", "ts_to_ms",
 ]

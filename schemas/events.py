@@ -400,6 +400,25 @@ _COLUMN_FIELDS: dict[str, Any] = {
 SampleColumns = create_model("SampleColumns", __base__=_ColumnsBase, **_COLUMN_FIELDS)
 
 
+def columns_wire(message: dict[str, Any]) -> dict[str, Any]:
+    """A ``counters`` message as JSON (``ports``: one object per sample) turned into its
+    ``counter_columns`` form: one list per field that any sample reports, the field's
+    order of first appearance, ``port`` first. A field no sample reports stays off."""
+    samples: list[dict[str, Any]] = message["ports"]
+    names: dict[str, None] = {"port": None}
+    for sample in samples:
+        names.update(dict.fromkeys(sample))
+    columns = {}
+    for name in names:
+        col = [sample.get(name) for sample in samples]
+        if name == "port" or col.count(None) != len(col):
+            columns[name] = col
+    out = {k: v for k, v in message.items() if k != "ports"}
+    out["kind"] = "counter_columns"
+    out["columns"] = columns
+    return out
+
+
 # Every PortSample field's value where a sample does not carry it (all None but ``port``,
 # which every sample carries): a columnar message's samples are built as pydantic's
 # ``model_construct`` would build them, without its per-field default lookups.
@@ -548,17 +567,8 @@ class CounterColumns(Envelope):
     @classmethod
     def of(cls, counters: Counters) -> CounterColumns:
         """The columnar form of a row-form message (its samples' fields as columns)."""
-        names: dict[str, None] = {}
-        for s in counters.ports:
-            names.update(dict.fromkeys(s.model_fields_set))
-            if s.__pydantic_extra__:
-                names.update(dict.fromkeys(s.__pydantic_extra__))
-        names = {"port": None, **names}
-        columns = {n: [s.__dict__.get(n, (s.__pydantic_extra__ or {}).get(n))
-                       for s in counters.ports] for n in names}
-        head = {k: v for k, v in counters.__dict__.items() if k not in ("kind", "ports")}
-        return cls.model_validate({**head, **(counters.__pydantic_extra__ or {}),
-                                   "kind": "counter_columns", "columns": columns})
+        return cls.model_validate(columns_wire(counters.model_dump(mode="json",
+                                                                   exclude_none=True)))
 
 
 class Probe(Envelope):

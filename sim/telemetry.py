@@ -42,7 +42,15 @@ from typing import Any
 
 import orjson
 
-from schemas import COUNTER_FIELDS, LEGACY_COUNTER_BITS, JobPlacement, SmEvent, decode, encode
+from schemas import (
+    COUNTER_FIELDS,
+    LEGACY_COUNTER_BITS,
+    JobPlacement,
+    SmEvent,
+    columns_wire,
+    decode,
+    encode,
+)
 from schemas.events import Event
 from schemas.topics import COUNTERS, JOBS, PORT_EVENTS, PROBES, SM, TOPOLOGY
 from sim.controller import ControllerView, SimController
@@ -148,7 +156,7 @@ class Simulator:
                  start_ms: int | None = None, interval_s: float = 10.0,
                  probe_every: int = 6, topology_every: int = 30,
                  probe_pairs_per_rail: int = 32,
-                 jobs: Sequence[JobPlacement] = ()) -> None:
+                 jobs: Sequence[JobPlacement] = (), columnar: bool = False) -> None:
         if interval_s <= 0:
             raise ValueError("interval_s must be positive")
         self.fabric = fabric
@@ -161,6 +169,7 @@ class Simulator:
         self.probe_every = probe_every
         self.topology_every = topology_every
         self.probe_pairs_per_rail = probe_pairs_per_rail
+        self.columnar = columnar  # counters as counter_columns messages
         # Placements go out with every topology snapshot (same ids: the ledger keeps one).
         self.jobs: list[JobPlacement] = list(jobs)
         self.now_ms = self.start_ms
@@ -816,6 +825,8 @@ class Simulator:
             samples_total += len(samples)
             msg = {"v": 1, "id": f"{prefix}{device}:{ts}", "ts": ts, "fabric": self.name,
                    "source": SOURCE, "kind": "counters", "device": device, "ports": samples}
+            if self.columnar:
+                msg = columns_wire(msg)
             out.append(Message(topic, device.encode(), dumps(msg)))
         return samples_total
 

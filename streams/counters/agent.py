@@ -33,6 +33,8 @@ log = logging.getLogger(__name__)
 # restored with older times only makes the next delta span a longer interval, nothing is
 # lost; and any change of a counter value, episode or output is written at once.
 PERSIST_EVERY_MS = 30_000
+# The longest the agent works through buffered counters before it lets other agents run.
+YIELD_EVERY_S = 0.002
 
 
 def register(sa: StreamsApp) -> None:
@@ -80,6 +82,7 @@ def register(sa: StreamsApp) -> None:
 
     @sa.app.agent(sa.counters, name="counters")
     async def counters(stream: Any) -> None:
+        yielded = time.perf_counter()
         async for event in stream.events():
             raw = event.value if isinstance(event.value, bytes) else b""
             t_start = time.perf_counter()
@@ -98,6 +101,9 @@ def register(sa: StreamsApp) -> None:
             except Exception as exc:  # never die on a message
                 await sa.failed(raw, exc, event.message)
             # A fetched batch of counters is already buffered, so iterating it never
-            # suspends: yield once per message so a trap waiting in the flap agent is not
-            # stuck behind a whole batch (trap-to-detection latency).
-            await asyncio.sleep(0)
+            # suspends: yield at least every YIELD_EVERY_S so a trap waiting in the flap
+            # agent is not stuck behind a whole batch (trap-to-detection latency), but not
+            # after every message (a loop turn costs as much as a quiet message's work).
+            if time.perf_counter() - yielded >= YIELD_EVERY_S:
+                await asyncio.sleep(0)
+                yielded = time.perf_counter()

@@ -169,7 +169,7 @@ def rename(raw: bytes, tag: str) -> tuple[str, bytes, bytes]:
     kind = obj["kind"]
     if kind == "port_event":
         topic, key = "fabric.port-events", f"{obj['device']}:{obj['port']}"
-    elif kind == "counters":
+    elif kind in ("counters", "counter_columns"):
         topic, key = "fabric.counters", obj["device"]
     elif kind == "probe":
         topic, key = "fabric.probes", str(obj["rail"])
@@ -180,15 +180,19 @@ def rename(raw: bytes, tag: str) -> tuple[str, bytes, bytes]:
     return topic, key.encode(), orjson.dumps(obj)
 
 
-async def test_sim_faults_give_exactly_replays_detections(worker: Worker) -> None:
-    tag = f"t{worker.app_id.rsplit('-', 1)[1]}"
+@pytest.mark.parametrize("columnar", [False, True], ids=["counters", "counter_columns"])
+async def test_sim_faults_give_exactly_replays_detections(worker: Worker, columnar: bool
+                                                          ) -> None:
+    """(The columnar form: the worker's column checks against replay's per-sample rules.)"""
+    tag = f"t{worker.app_id.rsplit('-', 1)[1]}{'c' if columnar else ''}"
     faults = [parse_spec("flap:leaf-su01-r0:1,count=4,every=60s,at=30s"),
               parse_spec("counter_saturation:leaf-su01-r1:2,at=20s"),
               parse_spec("degraded_width:leaf-su01-r2:3,at=40s"),
               parse_spec("ber:leaf-su01-r3:4,at=10s")]
     sim = Simulator(generate("lab"), faults=faults, seed=7,
-                    start_ms=int(time.time() * 1000) - 3600_000)
+                    start_ms=int(time.time() * 1000) - 3600_000, columnar=columnar)
     messages = [rename(m.value, tag) for step in sim.run_steps(40) for m in step.messages]
+    assert any(b'"kind":"counter_columns"' in m[2] for m in messages) == columnar
     want = {d.id: d for d in replay([m[2] for m in messages], Policy(), on_error=None)}
     kinds = {(d.detection.value, d.device.removeprefix(f"{tag}-"), d.port)
              for d in want.values()}
