@@ -2,8 +2,9 @@
 
 ``to_rows(event)`` is a pure function: one event in, ``(table, row)`` pairs out, no I/O and
 no clock. A ``Counters`` event explodes into one ``counter_ingest`` row per port sample
-(raw values only; the writer sends them as columns, ``ledger.columnar``); the engine derives the per-interval deltas on insert
-(``sql/migrations/005_counter_deltas.sql`` says why there and not here).
+(raw values only; the writer sends them as columns, ``ledger.columnar``); the engine
+derives the per-interval deltas on insert (``sql/migrations/005_counter_deltas.sql`` says
+why there and not here).
 
 Timestamps go out as epoch seconds with a millisecond fraction (``ts / 1000``): ClickHouse
 parses that exactly into ``DateTime64(3)``, whereas an integer would be read as seconds.
