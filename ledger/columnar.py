@@ -59,7 +59,9 @@ def counter_columns(events: Iterable[Counters]) -> Columns:
 
     The same samples as ``counter_samples`` (a port with ``error`` is skipped: its nulls
     would store as the port's last values and zero the next real delta; a host agent's
-    sample names its own HCA in ``device``), in message order. Values are read from each
+    sample names its own HCA in ``device``), in message order. A columnar counters message
+    (one list per sample field) belongs here too: its lists extend these as they are, with
+    the same skips, and no object per sample is built. Values are read from each
     sample's ``__dict__`` one column at a time: no tuple per sample, so nothing for the
     garbage collector to walk at 100k samples a batch."""
     ids: list[str] = []
