@@ -1,7 +1,8 @@
 """The ``Ledger`` interface and the write path both backends share.
 
-A backend supplies three primitives: run a statement, run a query into dicts, and insert
-pre-encoded JSONEachRow bytes into a table. Everything else (mapping events to rows,
+A backend supplies four primitives: run a statement, run a query into dicts, insert
+pre-encoded bytes (JSONEachRow, ...) into a table, and insert a pyarrow Table (the counter
+samples, ``ledger.columnar``). Everything else (mapping events to rows and columns,
 counter deltas, batching per table, migrations) lives here once.
 """
 
@@ -16,6 +17,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import orjson
 
+from ledger.columnar import counter_tables
 from ledger.migrations import Migration, migration_variables, run_migrations
 from ledger.rows import RAW_COUNTER_COLUMNS, Row, counter_samples, to_rows
 from schemas import Counters, DeadLetter
@@ -92,6 +94,9 @@ class LedgerBase(ABC):
         # stored sample. Across processes, each device has one writer: its counters are
         # keyed by device, so one partition and one ingest consumer (ledger.ingest).
         self._write_lock = threading.Lock()
+        # How counter samples go in: "arrow" (columns, ledger.columnar) or "rows" (the
+        # JSONCompactEachRow path it replaced, kept to check the two write the same rows).
+        self.counter_insert = "arrow"
 
     # -- backend primitives -------------------------------------------------------------
     @abstractmethod
@@ -107,6 +112,11 @@ class LedgerBase(ABC):
                        columns: Sequence[str] | None = None,
                        settings: dict[str, int] | None = None) -> None:
         """Insert bytes in ClickHouse input format ``fmt`` into ``table`` (``columns``)."""
+
+    @abstractmethod
+    def insert_arrow(self, table: str, data: Any, settings: dict[str, int] | None = None
+                     ) -> None:
+        """Insert the pyarrow Table ``data`` (its columns by name) into ``table``."""
 
     @abstractmethod
     def close(self) -> None:
@@ -160,12 +170,10 @@ class LedgerBase(ABC):
         ``counter_late`` (012). Returns the number of rows handed to the engine.
         """
         by_table: dict[str, list[Row]] = defaultdict(list)
-        samples: list[tuple[Any, ...]] = []
+        counters: list[Counters] = []
         for event in events:
             if isinstance(event, Counters):
-                # Same mapping as to_rows, as flat tuples: the hot path at 100k ports.
-                samples.extend((*head, port, *values, *rest)
-                               for head, port, values, rest in counter_samples(event))
+                counters.append(event)
                 continue
             for table, row in to_rows(event):
                 by_table[table].append(row)
@@ -178,11 +186,31 @@ class LedgerBase(ABC):
                 if rows:
                     self.insert_encoded(table, encode_rows(rows))
                     written += len(rows)
-            for generation in sample_generations(samples):
-                # One orjson call for the batch; JSONCompactEachRow takes comma-separated
-                # rows, so the array's outer brackets are dropped.
-                self.insert_encoded("counter_ingest", orjson.dumps(generation)[1:-1],
-                                    "JSONCompactEachRow", RAW_COUNTER_COLUMNS,
-                                    COUNTER_INSERT_SETTINGS)
-                written += len(generation)
+            if counters:
+                written += self._write_counters(counters)
             return written
+
+    def _write_counters(self, counters: list[Counters]) -> int:
+        if self.counter_insert == "rows":
+            return self._write_counter_rows(counters)
+        written = 0
+        for table in counter_tables(counters):
+            self.insert_arrow("counter_ingest", table, COUNTER_INSERT_SETTINGS)
+            written += table.num_rows
+        return written
+
+    def _write_counter_rows(self, counters: list[Counters]) -> int:
+        """The row path: flat tuples, one JSONCompactEachRow insert per generation."""
+        samples: list[tuple[Any, ...]] = []
+        for event in counters:
+            samples.extend((*head, port, *values, *rest)
+                           for head, port, values, rest in counter_samples(event))
+        written = 0
+        for generation in sample_generations(samples):
+            # One orjson call for the batch; JSONCompactEachRow takes comma-separated
+            # rows, so the array's outer brackets are dropped.
+            self.insert_encoded("counter_ingest", orjson.dumps(generation)[1:-1],
+                                "JSONCompactEachRow", RAW_COUNTER_COLUMNS,
+                                COUNTER_INSERT_SETTINGS)
+            written += len(generation)
+        return written

@@ -3,8 +3,8 @@
 One process owns a chdb data folder (the engine locks it) and, within a process, the engine
 serves one folder at a time. Everything here runs under one lock, so the writer and the
 HTTP endpoint's threads (``ledger.http``) can share the engine safely.
-Writes use chdb's streaming insert (``send_insert`` with JSONEachRow bytes), its fastest
-path short of Arrow.
+Writes use chdb's streaming insert (``send_insert``): JSONEachRow bytes for event rows,
+Arrow IPC stream bytes (``ArrowStream``) for counter samples (``ledger.columnar``).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Any
 from chdb import session as _chdb_session
 
 from ledger.base import LedgerBase, LedgerError
+from ledger.columnar import arrow_stream
 
 # chdb's Python layer is partly annotated; treat it as untyped in one place.
 chdb_session: Any = _chdb_session
@@ -120,6 +121,14 @@ class EmbeddedLedger(LedgerBase):
         clause = (" SETTINGS " + ", ".join(f"{k} = {int(v)}" for k, v in settings.items())
                   if settings else "")
         self.insert_format(f"INSERT INTO {table}{cols}{clause}", fmt, [payload])
+
+    def insert_arrow(self, table: str, data: Any, settings: dict[str, int] | None = None
+                     ) -> None:
+        # IPC stream bytes through send_insert: chdb 4.4 has no in-process Arrow insert,
+        # and serialising is a copy of the buffers (~10 ms per 100k samples), the engine's
+        # parse a few tens of ms more, against ~0.5 s for the same rows as JSON.
+        self.insert_encoded(table, arrow_stream(data), "ArrowStream", data.schema.names,
+                            settings)
 
     def insert_format(self, statement: str, fmt: str, chunks: list[bytes]) -> int:
         """Stream ``chunks`` (data in ``fmt``) into ``statement`` (``INSERT INTO t (cols)``)."""

@@ -2,8 +2,9 @@
 
 ``to_rows(event)`` is a pure function: one event in, ``(table, row)`` pairs out, no I/O and
 no clock. A ``Counters`` event explodes into one ``counter_ingest`` row per port sample
-(raw values only); the engine derives the per-interval deltas on insert
-(``sql/migrations/005_counter_deltas.sql`` says why there and not here).
+(raw values only; the writer sends them as columns, ``ledger.columnar``); the engine
+derives the per-interval deltas on insert (``sql/migrations/005_counter_deltas.sql`` says
+why there and not here).
 
 Timestamps go out as epoch seconds with a millisecond fraction (``ts / 1000``): ClickHouse
 parses that exactly into ``DateTime64(3)``, whereas an integer would be read as seconds.
@@ -76,7 +77,8 @@ def dead_letter_id(dl: DeadLetter) -> str:
     return f"sha256:{digest[:32]}"
 
 
-# Column order of a raw counter sample on the fast insert path (JSONCompactEachRow).
+# Column order of a raw counter sample on the insert paths: the Arrow table's
+# (ledger.columnar.COUNTER_SCHEMA) and the row path's JSONCompactEachRow.
 RAW_COUNTER_COLUMNS: tuple[str, ...] = (
     "id", "ts", "fabric", "source", "device", "port", *LEDGER_COUNTER_FIELDS, *_GAUGES,
     "width", "speed", "optic_serial")
@@ -90,7 +92,8 @@ RawSample = tuple[tuple[str, float, str, str, str], int, tuple[int | None, ...],
 
 
 def counter_samples(event: Counters) -> list[RawSample]:
-    """The port samples of a Counters event as tuples (the writer's fast path)."""
+    """The port samples of a Counters event as tuples (the row path; the writer's
+    columns, ``ledger.columnar.counter_columns``, hold the same samples)."""
     head = (event.id, _sec(event.ts), event.fabric, event.source, event.device)
     out: list[RawSample] = []
     for sample in event.ports:

@@ -3,8 +3,9 @@
 Selected by one URL setting, ``clickhouse_url`` (``http[s]://user@host:port/db``); the
 password comes from ``FABRICWATCH_SECRETS__CLICKHOUSE_PASSWORD`` or its ``_FILE`` (one in the
 URL still works, but then it sits in the environment beside everything else).
-Writes send the same JSONEachRow bytes the embedded backend inserts (``raw_insert``), so
-both backends share one row mapping. The embedded ledger's own HTTP endpoint
+Writes send the same JSONEachRow bytes the embedded backend inserts (``raw_insert``), and
+counter samples the same Arrow tables (``insert_arrow``, ``ledger.columnar``), so both
+backends share one row and column mapping. The embedded ledger's own HTTP endpoint
 (``ledger.http``) is a server in this sense too: the CLI reaches a running worker's ledger
 through this class.
 """
@@ -90,6 +91,13 @@ class ServerLedger(LedgerBase):
         try:
             self.client.raw_insert(table, column_names=columns, insert_block=payload, fmt=fmt,
                                    settings=settings)
+        except ClickHouseError as exc:
+            raise LedgerError(str(exc)) from None
+
+    def insert_arrow(self, table: str, data: Any, settings: dict[str, int] | None = None
+                     ) -> None:
+        try:
+            self.client.insert_arrow(table, data, settings=settings)
         except ClickHouseError as exc:
             raise LedgerError(str(exc)) from None
 
