@@ -20,7 +20,7 @@ import orjson
 from ledger.columnar import counter_tables
 from ledger.migrations import Migration, migration_variables, run_migrations
 from ledger.rows import RAW_COUNTER_COLUMNS, Row, counter_samples, to_rows
-from schemas import Counters, DeadLetter
+from schemas import CounterColumns, Counters, CountersMessage, DeadLetter
 from schemas.events import Event
 
 # Tables in the order a batch is written.
@@ -170,9 +170,9 @@ class LedgerBase(ABC):
         ``counter_late`` (012). Returns the number of rows handed to the engine.
         """
         by_table: dict[str, list[Row]] = defaultdict(list)
-        counters: list[Counters] = []
+        counters: list[CountersMessage] = []
         for event in events:
-            if isinstance(event, Counters):
+            if isinstance(event, Counters | CounterColumns):
                 counters.append(event)
                 continue
             for table, row in to_rows(event):
@@ -190,7 +190,7 @@ class LedgerBase(ABC):
                 written += self._write_counters(counters)
             return written
 
-    def _write_counters(self, counters: list[Counters]) -> int:
+    def _write_counters(self, counters: list[CountersMessage]) -> int:
         if self.counter_insert == "rows":
             return self._write_counter_rows(counters)
         written = 0
@@ -199,10 +199,11 @@ class LedgerBase(ABC):
             written += table.num_rows
         return written
 
-    def _write_counter_rows(self, counters: list[Counters]) -> int:
+    def _write_counter_rows(self, counters: list[CountersMessage]) -> int:
         """The row path: flat tuples, one JSONCompactEachRow insert per generation."""
         samples: list[tuple[Any, ...]] = []
-        for event in counters:
+        for message in counters:
+            event = message.rows() if isinstance(message, CounterColumns) else message
             samples.extend((*head, port, *values, *rest)
                            for head, port, values, rest in counter_samples(event))
         written = 0

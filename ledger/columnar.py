@@ -22,7 +22,7 @@ from typing import Any
 import pyarrow as pa  # type: ignore[import-untyped]
 
 from ledger.rows import _SERIAL_KEYS, LEDGER_COUNTER_FIELDS, RAW_COUNTER_COLUMNS
-from schemas import Counters
+from schemas import CounterColumns, CountersMessage
 
 Columns = dict[str, list[Any]]
 
@@ -54,14 +54,14 @@ def _serial(extra: dict[str, Any] | None) -> str | None:
     return None
 
 
-def counter_columns(events: Iterable[Counters]) -> Columns:
+def counter_columns(events: Iterable[CountersMessage]) -> Columns:
     """The port samples of ``events`` as ``counter_ingest`` columns; ``ts`` in epoch ms.
 
     The same samples as ``counter_samples`` (a port with ``error`` is skipped: its nulls
     would store as the port's last values and zero the next real delta; a host agent's
-    sample names its own HCA in ``device``), in message order. A columnar counters message
-    (one list per sample field) belongs here too: its lists extend these as they are, with
-    the same skips, and no object per sample is built. Values are read from each
+    sample names its own HCA in ``device``), in message order. A ``counter_columns``
+    message's lists extend these as they are, with the same skips, and no object per
+    sample is built. A row message's values are read from each
     sample's ``__dict__`` one column at a time: no tuple per sample, so nothing for the
     garbage collector to walk at 100k samples a batch."""
     ids: list[str] = []
@@ -71,7 +71,13 @@ def counter_columns(events: Iterable[Counters]) -> Columns:
     devices: list[str] = []
     serials: list[str | None] = []
     fields: list[dict[str, Any]] = []
+    # per message: (None, its sample count) for rows, (the message, the ports kept or None
+    # for all) for columns
+    taken: list[tuple[CounterColumns | None, Any]] = []
     for event in events:
+        if isinstance(event, CounterColumns):
+            n = _columnar(event, ids, ts, fabrics, sources, devices, serials, taken)
+            continue
         ports = event.ports
         if any(s.error is not None for s in ports):
             ports = [s for s in ports if s.error is None]
@@ -94,12 +100,70 @@ def counter_columns(events: Iterable[Counters]) -> Columns:
         else:
             serials += [None] * n
         fields += sample_fields
+        taken.append((None, n))
     columns: Columns = {"id": ids, "ts": ts, "fabric": fabrics, "source": sources,
                         "device": devices}
+    if not any(msg is not None for msg, _ in taken):  # rows only: one read per column
+        for name in _SAMPLE_FIELDS:
+            columns[name] = [f[name] for f in fields]
+        columns["optic_serial"] = serials
+        return columns
     for name in _SAMPLE_FIELDS:
-        columns[name] = [f[name] for f in fields]
+        col: list[Any] = []
+        at = 0
+        for msg, keep in taken:
+            if msg is None:  # a row message's ``keep`` samples, in ``fields`` order
+                col += [f[name] for f in fields[at:at + keep]]
+                at += keep
+                continue
+            values = msg.column_map().get(name)
+            size = msg.port_count if keep is None else len(keep)
+            if values is None:
+                col += [None] * size
+            elif keep is None:
+                col += values
+            else:
+                col += [values[i] for i in keep]
+        columns[name] = col
     columns["optic_serial"] = serials
     return columns
+
+
+def _columnar(event: CounterColumns, ids: list[str], ts: list[int], fabrics: list[str],
+              sources: list[str], devices: list[str], serials: list[str | None],
+              taken: list[tuple[CounterColumns | None, Any]]) -> int:
+    """A ``counter_columns`` message's envelope columns, with ``counter_samples``' skips
+    (a port with ``error``); its sample columns are read in ``counter_columns``."""
+    cols = event.column_map()
+    errors = cols.get("error")
+    keep: list[int] | None = None
+    n = event.port_count
+    if errors is not None and errors.count(None) != n:
+        keep = [i for i, e in enumerate(errors) if e is None]
+        n = len(keep)
+    if not n:
+        return 0
+
+    def pick(values: list[Any]) -> list[Any]:
+        return values if keep is None else [values[i] for i in keep]
+
+    ids += [event.id] * n
+    ts += [event.ts] * n
+    fabrics += [event.fabric] * n
+    sources += [event.source] * n
+    own = cols.get("device")
+    if own is not None and own.count(None) != len(own):
+        devices += [d or event.device for d in pick(own)]
+    else:
+        devices += [event.device] * n
+    found = [pick(cols[k]) for k in _SERIAL_KEYS if k in cols]
+    if found:
+        serials += [next((v for v in vs if isinstance(v, str) and v), None)
+                    for vs in zip(*found, strict=True)]
+    else:
+        serials += [None] * n
+    taken.append((event, keep))
+    return n
 
 
 def counter_table(columns: Columns) -> pa.Table:
@@ -133,7 +197,7 @@ def generations(columns: Columns) -> list[list[int]] | None:
     return out
 
 
-def counter_tables(events: Iterable[Counters]) -> list[pa.Table]:
+def counter_tables(events: Iterable[CountersMessage]) -> list[pa.Table]:
     """The Arrow tables to insert into ``counter_ingest`` for ``events``, in order."""
     columns = counter_columns(events)
     if not columns["id"]:

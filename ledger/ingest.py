@@ -85,10 +85,8 @@ def decode_record(topic: str, raw: bytes | None, received_ms: int | None = None,
         spec = registry.BY_NAME.get(topic)
         if spec is None:
             return None
-        event = at_arrival(accept(spec, raw, received_ms=received_ms, bounds=bounds),
-                           received_ms, bounds)
-        # the ledger stores samples as rows (a columnar message is the same rows)
-        return event.rows() if isinstance(event, CounterColumns) else event
+        return at_arrival(accept(spec, raw, received_ms=received_ms, bounds=bounds),
+                          received_ms, bounds)
     except ContractError:
         return None
 
@@ -162,7 +160,7 @@ class LedgerIngest:
                     else now
                 if record is None:
                     self.stats.skipped += 1
-                elif isinstance(record, Counters) and self.hold.offer(
+                elif isinstance(record, Counters | CounterColumns) and self.hold.offer(
                         tp, message.offset, record.ts, arrived, record):
                     self.stats.held += 1
                 else:

@@ -23,6 +23,7 @@ from schemas import (
     COUNTER_FIELDS,
     LATER_COUNTER_FIELDS,
     ActionRecord,
+    CounterColumns,
     Counters,
     DeadLetter,
     Detection,
@@ -157,6 +158,8 @@ def topology_rows(event: Topology) -> list[TableRow]:
 
 def to_rows(event: Event | DeadLetter) -> list[TableRow]:
     """Every ledger row ``event`` maps to, as ``(table, row)`` pairs. Pure."""
+    if isinstance(event, CounterColumns):
+        event = event.rows()
     if isinstance(event, Counters):
         return [("counter_ingest", row) for row in counter_rows(event)]
     if isinstance(event, DeadLetter):

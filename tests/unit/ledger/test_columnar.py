@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from ledger.base import sample_generations
 from ledger.columnar import COUNTER_SCHEMA, counter_columns, counter_table, counter_tables, generations
 from ledger.rows import LEDGER_COUNTER_FIELDS, RAW_COUNTER_COLUMNS, counter_samples
-from schemas import Counters, PortSample
+from schemas import CounterColumns, Counters, PortSample
 
 counts = st.one_of(st.none(), st.integers(0, (1 << 64) - 1))
 gauges = st.one_of(st.none(), st.floats(0, 1e6, allow_nan=False))
@@ -68,6 +68,15 @@ def test_columns_hold_the_row_mappings_samples(events: list[Counters]) -> None:
     columns = counter_columns(events)
     assert list(columns) == list(RAW_COUNTER_COLUMNS)
     assert _columns_as_rows(columns) == _rows(events)
+
+
+@settings(max_examples=200, deadline=None)
+@given(messages(), st.lists(st.booleans(), min_size=5, max_size=5))
+def test_counter_columns_messages_give_the_same_columns(events: list[Counters],
+                                                        columnar: list[bool]) -> None:
+    """Any mix of row and columnar messages: the columns of their rows."""
+    mixed = [CounterColumns.of(e) if c else e for e, c in zip(events, columnar, strict=False)]
+    assert counter_columns(mixed) == counter_columns(events)
 
 
 @settings(max_examples=200, deadline=None)
