@@ -163,7 +163,7 @@ class RunbookWorker:
         self.log = state / f"runbooks-{queue}.log"
         args = [sys.executable, "-m", "fabricwatch", "runbook-worker", "--records", "kafka",
                 "--controller", "sim", "--sim-state", str(sim_state), "--alerts-file",
-                str(state / "alerts.jsonl"), "--loglevel", "warning"]
+                str(state / "alerts.jsonl"), "--loglevel", "info"]
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT,
                                          env=runbook_env(settings, state, queue, code),
@@ -209,6 +209,9 @@ class Phase:
     targets: list[Target] = field(default_factory=list)
     rows: list[dict[str, float]] = field(default_factory=list)
     worker_cpu_s: float = 0.0
+    temporal_cpu_s: float = 0.0
+    stream_cpu_s: float = 0.0
+    wall_s: float = 0.0
     load_avg: float = 0.0
 
 
@@ -290,10 +293,22 @@ async def timeline(client: Any, wf_id: str) -> dict[str, float]:
     handle = client.get_workflow_handle(wf_id)
     out: dict[str, float] = {}
     names: dict[int, str] = {}
+    wft: dict[str, float] = {}
+    out["wft_queue"] = out["wft_run"] = 0.0
+    out["wft_count"] = 0.0
     async for ev in handle.fetch_history_events():
         t = ev.event_type
         if t == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
             out["started"] = _ms(ev)
+        elif t == EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED:
+            wft = {"scheduled": _ms(ev)}
+        elif t == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED and "scheduled" in wft:
+            wft["started"] = _ms(ev)
+            out["wft_queue"] += wft["started"] - wft["scheduled"]
+        elif t == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED and "started" in wft:
+            # the worker's turn: the workflow code and its local activities (the records)
+            out["wft_run"] += _ms(ev) - wft["started"]
+            out["wft_count"] += 1
         elif t == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
             name = ev.activity_task_scheduled_event_attributes.activity_type.name
             if name in STEPS and f"{name}.scheduled" not in out:
@@ -333,6 +348,11 @@ def stages(pub: float, ev: dict[str, float], iso: float) -> dict[str, float]:
         row["wft_to_isolate"] = ev[i + "scheduled"] - ev[s + "completed"]
         row["wft_to_port_state"] = ev[s + "scheduled"] - ev[b + "completed"]
     row["ex_evidence"] = row["total"] - row["evidence_tool"]
+    # every workflow task up to the isolate's: waiting for the worker to take it (server and
+    # poll), and the worker's turn (workflow code, the records as local activities)
+    row["wft_queue_sum"] = ev["wft_queue"]
+    row["wft_run_sum"] = ev["wft_run"]
+    row["workflow_tasks"] = ev["wft_count"]
     return row
 
 
@@ -378,10 +398,14 @@ async def run_phase(phase: Phase, settings: Any, state: Path, sim_state: Path, c
         if warm:
             await inject(publisher, fabric, warm, 0.2, phase.name)
             await wait_isolated(sim, warm, 300)
-        cpu0 = cpu_seconds(worker.proc.pid)
+        pids = (worker.proc.pid, PIDS["temporal"], PIDS["stream"])
+        cpu0 = [cpu_seconds(p) for p in pids]
+        t0 = time.monotonic()
         await inject(publisher, fabric, counted, every, phase.name)
         isolated = await wait_isolated(sim, counted, 600)
-        phase.worker_cpu_s = round(cpu_seconds(worker.proc.pid) - cpu0, 2)
+        phase.wall_s = round(time.monotonic() - t0, 1)
+        phase.worker_cpu_s, phase.temporal_cpu_s, phase.stream_cpu_s = (
+            round(cpu_seconds(p) - c, 2) for p, c in zip(pids, cpu0, strict=True))
         phase.load_avg = round(os.getloadavg()[0], 2)
         inv = DISPATCH_INVENTORY[0]
         for t in phase.targets:
@@ -400,6 +424,7 @@ async def run_phase(phase: Phase, settings: Any, state: Path, sim_state: Path, c
 
 
 DISPATCH_INVENTORY: list[Any] = []
+PIDS: dict[str, int] = {}  # the Temporal server's and the stream worker's
 
 
 def _dispatcher_input(inv: Any, fabric: str, t: Target) -> Any:
@@ -478,6 +503,9 @@ async def main() -> None:
             load_log, load = start_load(state, bootstrap, args, fab.fabric)
             try:
                 stream.wait_ready()
+                PIDS["stream"] = stream.proc.pid
+                PIDS["temporal"] = orjson.loads((state / "stack" / "run" / "temporal.json"
+                                                 ).read_bytes())["pid"]
                 await asyncio.sleep(2 * args.interval)  # the load at its rate before timing
                 client = await Client.connect(settings.temporal.target,
                                               data_converter=pydantic_data_converter)
@@ -503,7 +531,9 @@ async def main() -> None:
     }
     for ph in phases:
         figures[ph.name] = {"code": str(ph.code) if ph.code else "this tree",
-                            "runbook_worker_cpu_s": ph.worker_cpu_s,
+                            "wall_s": ph.wall_s, "runbook_worker_cpu_s": ph.worker_cpu_s,
+                            "temporal_server_cpu_s": ph.temporal_cpu_s,
+                            "stream_worker_cpu_s": ph.stream_cpu_s,
                             "load_average_1m": ph.load_avg, **summary(ph.rows)}
     if args.before is not None:
         befores = [r for ph in phases if ph.code for r in ph.rows]
