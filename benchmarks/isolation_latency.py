@@ -62,6 +62,9 @@ ROOT = Path(__file__).resolve().parent.parent
 PORTS_PER_MESSAGE = 64
 # The runbook's activities before the isolate command, in the order the workflow runs them.
 STEPS = ("capture_evidence", "budget_acquire", "port_state", "isolate_port")
+# One task queue for every phase: the budgets are long-lived workflows on it, and each
+# phase's runbook worker must serve them.
+QUEUE = "fabricwatch-runbooks"
 
 
 # --------------------------------------------------------------------------- counters load
@@ -159,8 +162,8 @@ class RunbookWorker:
     """``fabricwatch runbook-worker`` as the cluster runs it (records to Kafka, sim)."""
 
     def __init__(self, settings: Any, state: Path, sim_state: Path, queue: str,
-                 code: Path | None) -> None:
-        self.log = state / f"runbooks-{queue}.log"
+                 code: Path | None, name: str) -> None:
+        self.log = state / f"runbooks-{name}.log"
         args = [sys.executable, "-m", "fabricwatch", "runbook-worker", "--records", "kafka",
                 "--controller", "sim", "--sim-state", str(sim_state), "--alerts-file",
                 str(state / "alerts.jsonl"), "--loglevel", "info"]
@@ -390,7 +393,7 @@ async def run_phase(phase: Phase, settings: Any, state: Path, sim_state: Path, c
     from workflows.dispatch import runbook_id
     from workflows.inventory import Inventory  # noqa: F401 - the dispatcher's (below)
 
-    worker = RunbookWorker(settings, state, sim_state, queue, phase.code)
+    worker = RunbookWorker(settings, state, sim_state, queue, phase.code, phase.name)
     try:
         worker.wait_ready()
         sim = SimController(sim_state)
@@ -509,9 +512,9 @@ async def main() -> None:
                 await asyncio.sleep(2 * args.interval)  # the load at its rate before timing
                 client = await Client.connect(settings.temporal.target,
                                               data_converter=pydantic_data_converter)
-                for n, ph in enumerate(phases):
+                for ph in phases:
                     await run_phase(ph, settings, state, sim_state, client, publisher,
-                                    fab.fabric, args.every, args.warmup, f"runbooks-{n}")
+                                    fab.fabric, args.every, args.warmup, QUEUE)
                     print(f"{ph.name}: {summary(ph.rows)['total']}", flush=True)  # noqa: T201
                 stream_cpu = cpu_seconds(stream.proc.pid)
                 rounds = (state / "load.log").read_text().count("round ")
