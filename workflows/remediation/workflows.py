@@ -37,6 +37,10 @@ finish the old way):
   before anything is isolated;
 * a new detection on the cable while its repair is checked (or soaked) fails that rung at once.
 
+Since the ``isolate-sooner`` patch, steps 1 and 2 and the port's state read of step 3 run at
+once (none of them changes the fabric); the isolate waits for all three, and their records
+keep the order above. After a refusal and a human's approval the port is read again.
+
 Deterministic: time is ``workflow.now()``, configuration arrives in the input, every side
 effect is an activity.
 """
