@@ -379,16 +379,23 @@ async def abort_all(client: Any, ids: list[str], limit_s: float = 600) -> float:
     from workflows.remediation.models import AbortRequest
 
     t0 = time.monotonic()
-    for wf in ids:
-        await client.get_workflow_handle(wf).signal("abort", AbortRequest(
-            actor="bench", reason="benchmark phase over"))
-    for wf in ids:
-        await asyncio.wait_for(client.get_workflow_handle(wf).result(), limit_s)
+    # a few at a time: every release goes through the one fabric budget workflow, and a
+    # crowd of them is mostly turned away (10 in-flight updates) and retried
+    gate = asyncio.Semaphore(6)
+
+    async def one(wf: str) -> None:
+        async with gate:
+            handle = client.get_workflow_handle(wf)
+            await handle.signal("abort", AbortRequest(actor="bench",
+                                                      reason="benchmark phase over"))
+            await asyncio.wait_for(handle.result(), limit_s)
+    await asyncio.gather(*[one(wf) for wf in ids])
     return time.monotonic() - t0
 
 
 async def run_phase(phase: Phase, settings: Any, state: Path, sim_state: Path, client: Any,
-                    publisher: Any, fabric: str, every: float, warmup: int, queue: str) -> None:
+                    publisher: Any, fabric: str, every: float, warmup: int, queue: str,
+                    last: bool) -> None:
     from sim.controller import SimController
     from workflows.dispatch import runbook_id
     from workflows.inventory import Inventory  # noqa: F401 - the dispatcher's (below)
@@ -421,7 +428,8 @@ async def run_phase(phase: Phase, settings: Any, state: Path, sim_state: Path, c
             state_name = st["state"] if isinstance(st, dict) else st.state
             if state_name not in ("awaiting_technician", "running"):
                 raise SystemExit(f"{t.workflow_id}: {state_name} (the breaker refused?)")
-        await abort_all(client, [t.workflow_id for t in phase.targets])
+        if not last:  # the next phase starts with the budget free
+            await abort_all(client, [t.workflow_id for t in phase.targets])
     finally:
         worker.stop()
 
@@ -512,10 +520,14 @@ async def main() -> None:
                 await asyncio.sleep(2 * args.interval)  # the load at its rate before timing
                 client = await Client.connect(settings.temporal.target,
                                               data_converter=pydantic_data_converter)
-                for ph in phases:
+                for n, ph in enumerate(phases):
                     await run_phase(ph, settings, state, sim_state, client, publisher,
-                                    fab.fabric, args.every, args.warmup, QUEUE)
+                                    fab.fabric, args.every, args.warmup, QUEUE,
+                                    n == len(phases) - 1)
                     print(f"{ph.name}: {summary(ph.rows)['total']}", flush=True)  # noqa: T201
+                    # every phase's rows as they come (a run stopped later keeps them)
+                    (ROOT / "benchmarks" / "results" / f"{args.scenario}.partial.json"
+                     ).write_bytes(orjson.dumps({p.name: p.rows for p in phases if p.rows}))
                 stream_cpu = cpu_seconds(stream.proc.pid)
                 rounds = (state / "load.log").read_text().count("round ")
             finally:
