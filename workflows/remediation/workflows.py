@@ -37,10 +37,6 @@ finish the old way):
   before anything is isolated;
 * a new detection on the cable while its repair is checked (or soaked) fails that rung at once.
 
-Since the ``isolate-sooner`` patch, steps 1 and 2 and the port's state read of step 3 run at
-once (none of them changes the fabric); the isolate waits for all three, and their records
-keep the order above. After a refusal and a human's approval the port is read again.
-
 Deterministic: time is ``workflow.now()``, configuration arrives in the input, every side
 effect is an activity.
 """
@@ -74,7 +70,6 @@ with workflow.unsafe.imports_passed_through():
         DetectionRef,
         EvidenceInput,
         EvidenceItem,
-        EvidenceResult,
         HistoryEntry,
         PortState,
         RailInput,
@@ -102,11 +97,6 @@ PROBATION_PATCH = "probation"
 # Since this patch a budget refusal joins the SU's breaker incident (one page per SU, not
 # one per refused port), and a runbook that paged resolves its alert when it ends.
 INCIDENT_PATCH = "incident-alerts"
-# Since this patch the evidence, the budget grant and the port's state read run at once
-# (none changes the fabric; the isolate still waits for all three): one round trip instead
-# of three in series before the isolate (benchmarks/isolation_latency.py). A cable whose
-# repeat-offender rule asks a human first takes the steps in series, as before.
-SOONER_PATCH = "isolate-sooner"
 
 # Retry policies, by what a failure means:
 # - ledger writes and budget calls: transient (ledger busy, server restarting); retry for
@@ -127,10 +117,6 @@ FEW = RetryPolicy(initial_interval=timedelta(seconds=5), backoff_coefficient=2.0
 TICKET = RetryPolicy(initial_interval=timedelta(seconds=2), backoff_coefficient=2.0,
                      maximum_interval=timedelta(minutes=5),
                      non_retryable_error_types=["AdapterRejected"])
-
-
-async def _none() -> None:
-    return None
 
 
 class _Aborted(Exception):
@@ -182,7 +168,6 @@ class PortRemediation:
         self._serials: dict[str, str] = {}
         self._prior_episodes = {e for r in inp.prior for e in r.episodes}
         self._v3 = False  # the probation patch applies (set first thing in run)
-        self._v4 = False  # the isolate-sooner patch applies (set first thing in run)
         self._measurements: list[dict[str, Any]] = []
 
     # --- signals, updates, queries ------------------------------------------------------
@@ -436,27 +421,21 @@ class PortRemediation:
         self._v2 = workflow.patched(CABLE_PATCH)
         self._v3 = (self._v2 and inp.config.probation is not None
                     and workflow.patched(PROBATION_PATCH))
-        self._v4 = self._v2 and workflow.patched(SOONER_PATCH)
         await self._record("detection", "done", note=(
             f"{inp.detection.detection} ({inp.detection.severity}) {inp.detection.id}; "
             f"runbook {'in shadow mode' if self._dry else 'started'}"
             + (f"; cable {self._cable_name()}, isolating {self._port.key}"
                if self._v2 and self._peer is not None else "")))
         try:
-            before: PortState | None = None
-            if self._v4 and not self._human_first():
-                granted, before = await self._first_steps()
-            else:
-                await self._capture_evidence()
+            await self._capture_evidence()
+            self._check_abort()
+            if self._v2:
+                await self._repeat_offender()
                 self._check_abort()
-                if self._v2:
-                    await self._repeat_offender()
-                    self._check_abort()
-                granted = await self._acquire_budget()
-            if not granted:
+            if not await self._acquire_budget():
                 return await self._finish("shadow_done" if self._dry else "expired")
             self._check_abort()
-            await self._isolate(before)
+            await self._isolate()
             self._check_abort()
             await self._open_ticket()
             self._check_abort()
@@ -489,43 +468,12 @@ class PortRemediation:
                                  isolated_end=self._port.key, closed_ts=self._now_ms(),
                                  still_isolated=self._isolated, prior=list(self._inp.prior))
 
-    def _returns_in_window(self) -> list[Any]:
-        """The cable's earlier returns to service within the repeat window."""
-        now = self._now_ms()
-        window_ms = int(self._cfg.repeat_window_s * 1000)
-        return [r for r in self._inp.prior if r.outcome == "returned_to_service"
-                and now - r.closed_ts <= window_ms]
-
-    def _human_first(self) -> bool:
-        """The repeat-offender rule makes a human decide before anything is isolated (or
-        the budget is asked for). Time only shrinks the window: False now stays False."""
-        n = len(self._returns_in_window())
-        return (not self._dry and n >= self._cfg.repeat_next_rung_after
-                and n >= self._cfg.repeat_human_after)
-
-    async def _first_steps(self) -> tuple[bool, PortState | None]:
-        """Evidence, the budget grant and the port's state read at once (none changes the
-        fabric), then recorded in the order the steps had in series: evidence, history,
-        budget. Returns (isolation may go ahead, the port's state read before the grant when
-        the grant came at once; after a human's approval it is read again, later)."""
-        self._step = "evidence"
-        # all three are awaited before anything else (an abort included): a grant that
-        # arrived after an abort was raised would hold a slot nobody releases
-        evidence, grant, state = await asyncio.gather(
-            self._evidence_call(), self._acquire(None),
-            self._read_state() if not self._dry else _none())
-        if grant.granted:  # held from now on: an abort below releases it
-            self._granted = not self._dry
-        await self._evidence_recorded(evidence)
-        self._check_abort()
-        await self._repeat_offender()
-        self._check_abort()
-        granted = await self._acquire_budget(grant)
-        return granted, state if grant.granted else None
-
     async def _repeat_offender(self) -> None:
         """A cable that keeps coming back: start further down the ladder, or ask a human."""
-        returns = self._returns_in_window()
+        now = self._now_ms()
+        window_ms = int(self._cfg.repeat_window_s * 1000)
+        returns = [r for r in self._inp.prior if r.outcome == "returned_to_service"
+                   and now - r.closed_ts <= window_ms]
         n = len(returns)
         ladder = self._cfg.ladder
         if n < self._cfg.repeat_next_rung_after:
@@ -560,11 +508,8 @@ class PortRemediation:
 
     async def _capture_evidence(self) -> None:
         self._step = "evidence"
-        await self._evidence_recorded(await self._evidence_call())
-
-    async def _evidence_call(self) -> EvidenceResult | ActivityError:
         try:
-            res: EvidenceResult = await workflow.execute_activity_method(
+            res = await workflow.execute_activity_method(
                 FabricActivities.capture_evidence,
                 EvidenceInput(workflow_id=workflow.info().workflow_id, port=self._port,
                               ts=self._now_ms(), peer=self._peer if self._v2 else None),
@@ -572,13 +517,8 @@ class PortRemediation:
                 heartbeat_timeout=_s(self._cfg.timeouts.evidence_heartbeat), retry_policy=FEW,
                 task_queue=self._cfg.evidence_task_queue)
         except ActivityError as exc:
-            return exc
-        return res
-
-    async def _evidence_recorded(self, res: EvidenceResult | ActivityError) -> None:
-        if isinstance(res, ActivityError):
             # Evidence is best effort: a broken tool must not keep a flapping port in service.
-            await self._record("evidence", "failed", note=str(res.cause or res)[:500])
+            await self._record("evidence", "failed", note=str(exc.cause or exc)[:500])
             return
         self._evidence = list(res.items)
         # Evidence is read-only, so it is captured for real even in shadow mode. A tool that
@@ -598,12 +538,10 @@ class PortRemediation:
             start_to_close_timeout=_s(self._cfg.timeouts.budget), retry_policy=FOREVER)
         return result
 
-    async def _acquire_budget(self, grant: GrantResult | None = None) -> bool:
-        """True when isolation may go ahead; False when the approval wait expired.
-        ``grant``: the first answer, when it was asked for already (``_first_steps``)."""
+    async def _acquire_budget(self) -> bool:
+        """True when isolation may go ahead; False when the approval wait expired."""
         self._step = "budget"
-        if grant is None:
-            grant = await self._acquire(None)
+        grant = await self._acquire(None)
         if grant.granted:
             self._granted = not self._dry
             await self._record("budget", "done", after={"in_use": grant.in_use,
@@ -659,13 +597,12 @@ class PortRemediation:
                            after={"in_use": grant.in_use, "limit": grant.limit})
         return True
 
-    async def _isolate(self, read: PortState | None = None) -> None:
+    async def _isolate(self) -> None:
         self._step = "isolate"
         if self._v2 and not self._dry:
             # Read first, durably: a retry after a crash that finds the port isolated is this
             # runbook's own isolation; a port isolated before we acted is someone else's.
-            # (``read``: read already, at once with the budget grant.)
-            before = read if read is not None else await self._read_state()
+            before = await self._read_state()
             if before.isolated:
                 self._isolated, self._owned = True, False
                 self._found = before.by or f"isolated before fabricwatch acted ({before.controller})"
