@@ -562,6 +562,8 @@ async def main() -> None:
     else:
         figures["after"] = summary([r for ph in phases for r in ph.rows])
     save_and_print(args.scenario, figures)
+    # the rows as they came are in the result now
+    (ROOT / "benchmarks" / "results" / f"{args.scenario}.partial.json").unlink(missing_ok=True)
 
 
 if __name__ == "__main__":
