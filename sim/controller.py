@@ -108,6 +108,9 @@ class SimController:
         self._clock = clock
         self._cache: tuple[int, int, dict[str, Any]] | None = None  # (mtime_ns, size, state)
         self._health_written: bytes | None = None
+        # recorded fabric file -> ((inode, mtime_ns, size), ports, fix chances)
+        self._fabrics: dict[Path, tuple[tuple[int, int, int], frozenset[str],
+                                        dict[str, float]]] = {}
 
     # -- commands --------------------------------------------------------------------------
 
@@ -240,26 +243,44 @@ class SimController:
         repair chances they were given."""
         ports: set[str] | None = None
         chances: dict[str, float] = {}
-        for path in sorted(self.state_dir.glob(f"{FABRIC_FILE_PREFIX}*.json")):
-            try:
-                data = orjson.loads(path.read_bytes())
-            except (OSError, orjson.JSONDecodeError):
-                continue
-            ports = (ports or set()) | set(data.get("ports", ()))
-            chances.update(data.get("fix_chance") or {})
+        for found_ports, found_chances in self._fabric_files():
+            ports = (ports or set()) | found_ports
+            chances.update(found_chances)
         return ports, chances
+
+    def _fabric_files(self) -> list[tuple[frozenset[str], dict[str, float]]]:
+        """Each readable recorded fabric's (ports, repair chances), in file-name order."""
+        paths = sorted(self.state_dir.glob(f"{FABRIC_FILE_PREFIX}*.json"))
+        for gone in set(self._fabrics) - set(paths):
+            del self._fabrics[gone]
+        return [found for found in map(self._fabric_file, paths) if found is not None]
+
+    def _fabric_file(self, path: Path) -> tuple[frozenset[str], dict[str, float]] | None:
+        """One recorded fabric's ports and chances, parsed again only when the file changed:
+        a 100k-port fabric's file is megabytes, and every command checks its port."""
+        try:
+            st = path.stat()
+            cached = self._fabrics.get(path)
+            if cached is not None and cached[0] == (st.st_ino, st.st_mtime_ns, st.st_size):
+                return cached[1], cached[2]
+            data = orjson.loads(path.read_bytes())
+        except (OSError, orjson.JSONDecodeError):
+            return None
+        found = (frozenset(data.get("ports", ())), dict(data.get("fix_chance") or {}))
+        self._fabrics[path] = ((st.st_ino, st.st_mtime_ns, st.st_size), *found)
+        return found
 
     def check_port(self, device: str, port: int | None) -> None:
         """Refuse a port (or, with ``port`` None, a device) that a running simulator's
         recorded fabric does not have; with no fabric recorded, accept it."""
-        known = self.recorded_fabrics()[0]
-        if known is None:
+        fabrics = [ports for ports, _ in self._fabric_files()]
+        if not fabrics:
             return
         if port is not None:
             key = _key(device, port)
-            if key not in known:
+            if not any(key in known for known in fabrics):
                 raise ControllerError(f"{key} is not a cabled port of the simulated fabric")
-        elif not any(k.startswith(f"{device}:") for k in known):
+        elif not any(k.startswith(f"{device}:") for known in fabrics for k in known):
             raise ControllerError(f"{device} is not a device of the simulated fabric")
 
     def _cabled(self, device: str, port: int) -> str:

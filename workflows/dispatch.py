@@ -46,6 +46,7 @@ from aiokafka import (  # type: ignore[import-untyped]
     ConsumerRebalanceListener,
     TopicPartition,
 )
+from aiokafka.errors import CommitFailedError  # type: ignore[import-untyped]
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
@@ -278,6 +279,21 @@ class Dispatcher:
                                           "reason": reason, "detection": "unknown_device"})
         return unknown
 
+    async def take_topology(self, raw: bytes, received_ms: int | None = None) -> None:
+        """A ``fabric.topology`` message, decoded and validated in a thread: a 100k-port
+        snapshot takes seconds, and on the event loop it stalled the worker's activities,
+        the detections and the consumer group's heartbeats (the member was evicted, its
+        commit failed). Loaded into the inventory on the loop, as ``handle_raw`` does."""
+        try:
+            event = await asyncio.to_thread(accept, TOPOLOGY, raw, received_ms=received_ms,
+                                            bounds=self.bounds)
+        except ContractError as exc:
+            self.stats.invalid += 1
+            log.warning("skipping an invalid topology: %s", exc)
+            return
+        if isinstance(event, Topology) and (self.fabric is None or event.fabric == self.fabric):
+            self.inventory.load(event)
+
     async def handle_raw(self, raw: bytes, topic: Topic = DETECTIONS,
                          received_ms: int | None = None) -> bool:
         """One message of ``topic``, taken through the same acceptance as the stream worker
@@ -367,7 +383,16 @@ async def consume_committed(topic: str, bootstrap: str, group_id: str,
                 # after Temporal accepted every start/signal of the batch: at-least-once.
                 # Also right after a new group was placed, so a partition that stays quiet
                 # is not "new" (and looked back on) again at the next start.
-                await consumer.commit()
+                try:
+                    await consumer.commit()
+                except CommitFailedError as exc:
+                    # The group rebalanced under us (a member joined or left, or this one
+                    # missed its heartbeats): the batch's records are read again by whoever
+                    # has their partitions now, and a start or signal taken twice is one
+                    # runbook (workflow id, episode rule). Not a reason to stop the worker.
+                    log.warning("%s: offsets not committed, the group rebalanced (%s); "
+                                "the batch will be read again", topic, exc)
+                    continue
                 lookback.placed = False
     finally:
         await consumer.stop()
@@ -451,7 +476,7 @@ async def _follow_topology(dispatcher: Dispatcher, bootstrap: str, stop: asyncio
             batches = await consumer.getmany(timeout_ms=1000)
             for _tp, messages in batches.items():
                 for msg in messages:
-                    await dispatcher.handle_raw(msg.value, TOPOLOGY, msg.timestamp)
+                    await dispatcher.take_topology(msg.value, msg.timestamp)
             if not caught_up.is_set():
                 positions = {tp: await consumer.position(tp) for tp in tps}
                 if all(positions[tp] >= ends[tp] for tp in tps):

@@ -288,7 +288,10 @@ async def _records(settings: Settings, opts: WiringOptions, stack: AsyncExitStac
     """The record sink, and the ledger when this process opened one."""
     from collectors.publish import Publisher
 
-    publisher = Publisher(settings.kafka.bootstrap_servers, client_id="fabricwatch-runbooks")
+    # no linger: a runbook waits for each record's acknowledgement (flush does not cut a
+    # batch's linger short), and the records before the isolate are on its critical path
+    publisher = Publisher(settings.kafka.bootstrap_servers, client_id="fabricwatch-runbooks",
+                          linger_ms=0)
     await stack.enter_async_context(publisher)
     if opts.records == "kafka":
         from workflows.adapters.records import KafkaSink

@@ -145,3 +145,26 @@ async def test_the_runbook_adapter_turns_a_refusal_into_a_rejection(tmp_path: Pa
     with pytest.raises(AdapterRejected):
         await adapter.repair_step(port, "swap-optic")
     assert ctl.isolated_ports() == []
+
+
+def test_a_fabric_recorded_again_or_gone_is_seen_by_a_controller_that_read_it(
+        tmp_path: Path) -> None:
+    # the recorded fabric is cached per file: a simulator that records another fabric (or
+    # whose file is gone) must change what the same controller object accepts
+    ctl = SimController(tmp_path)
+    ctl.record_fabric("f", ["leaf-su01-r1:1"])
+    ctl.check_port("leaf-su01-r1", 1)
+    with pytest.raises(ControllerError, match="not a cabled port"):
+        ctl.check_port("leaf-su01-r1", 2)
+    SimController(tmp_path).record_fabric("f", ["leaf-su01-r1:2"])
+    ctl.check_port("leaf-su01-r1", 2)
+    with pytest.raises(ControllerError, match="not a cabled port"):
+        ctl.check_port("leaf-su01-r1", 1)
+    SimController(tmp_path).record_fabric("g", ["spine-1:7"])
+    assert ctl.recorded_fabrics()[0] == {"leaf-su01-r1:2", "spine-1:7"}
+    ctl.check_port("spine-1", 7)
+    ctl.check_port("spine-1", None)
+    for path in tmp_path.glob("sim-fabric-*.json"):
+        path.unlink()
+    assert ctl.recorded_fabrics()[0] is None
+    ctl.check_port("leaf-su09-r9", 9)  # no fabric recorded: every well-formed port is taken
