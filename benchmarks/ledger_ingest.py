@@ -40,7 +40,8 @@ PORTS_PER_DEVICE = 64
 RAILS = 8
 
 
-def _child(tree: Path, backend: str, ports: int, polls: int) -> dict[str, Any]:
+def _child(tree: Path, backend: str, ports: int, polls: int, columnar: bool = False
+           ) -> dict[str, Any]:
     """One tree and backend on a fresh ledger: per-poll decode and write times."""
     sys.path.insert(0, str(tree))
     import orjson
@@ -75,10 +76,15 @@ def _child(tree: Path, backend: str, ports: int, polls: int) -> dict[str, Any]:
                         "raw_ber": 1e-12, "effective_ber": 1e-15, "width": "4X",
                         "speed": "NDR", "module_temp_c": 45.5, "rx_power_dbm": -2.3}
                        for p in range(1, PORTS_PER_DEVICE + 1)]
-            out.append(orjson.dumps({
+            message = {
                 "v": 1, "kind": "counters", "id": f"bench-{d}-{ts}", "ts": ts,
                 "fabric": "bench", "source": "sim",
-                "device": f"leaf-su{d // RAILS + 1:02d}-r{d % RAILS}", "ports": samples}))
+                "device": f"leaf-su{d // RAILS + 1:02d}-r{d % RAILS}", "ports": samples}
+            if columnar:  # the same samples as a counter_columns message
+                from schemas import columns_wire
+
+                message = columns_wire(message)
+            out.append(orjson.dumps(message))
         return out, ts + 1000  # received a second after the poll
 
     walls, cpus, decode_cpu, write_cpu = [], [], [], []
@@ -89,7 +95,9 @@ def _child(tree: Path, backend: str, ports: int, polls: int) -> dict[str, Any]:
             t0, c0 = time.perf_counter(), time.process_time()
             events = [decode_record("fabric.counters", r, received) for r in raw]
             c1 = time.process_time()
-            n = sum(len(e.ports) for e in events)  # type: ignore[union-attr]
+            n = 0
+            for e in events:
+                n += getattr(e, "port_count", None) or len(e.ports)  # type: ignore[union-attr]
             writer.write(events)
             wall, c2 = time.perf_counter() - t0, time.process_time()
             if k == 0:
@@ -113,11 +121,12 @@ def _child(tree: Path, backend: str, ports: int, polls: int) -> dict[str, Any]:
             "write_cpu_s_median": round(statistics.median(write_cpu), 3)}
 
 
-def _run_child(tree: Path, backend: str, ports: int, polls: int) -> dict[str, Any]:
+def _run_child(tree: Path, backend: str, ports: int, polls: int, columnar: bool = False
+               ) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(tree)}
     out = subprocess.run(  # noqa: S603 - this script, our own arguments
         [sys.executable, __file__, "--child", "--tree", str(tree), "--backend", backend,
-         "--ports", str(ports), "--polls", str(polls)],
+         "--ports", str(ports), "--polls", str(polls), *(["--columnar"] if columnar else [])],
         env=env, check=True, capture_output=True, text=True, cwd=tree)
     result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
     return result
@@ -131,12 +140,15 @@ def main() -> None:
     parser.add_argument("--polls", type=int, default=4)
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--backends", default="embedded,server")
+    parser.add_argument("--columnar", action="store_true",
+                        help="also run the after tree on counter_columns messages")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--tree", type=Path, default=ROOT, help=argparse.SUPPRESS)
     parser.add_argument("--backend", default="embedded", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(_child(args.tree, args.backend, args.ports, args.polls)))  # noqa: T201
+        print(json.dumps(_child(args.tree, args.backend, args.ports, args.polls,  # noqa: T201
+                                args.columnar)))
         return
     if args.before is None or not (args.before / "ledger" / "base.py").is_file():
         parser.error("--before must be a tree of the code before the change")
@@ -144,13 +156,16 @@ def main() -> None:
     from benchmarks._machine import save_and_print
 
     trees = {"before": args.before.resolve(), "after": ROOT}
+    if args.columnar:
+        trees["after_columns"] = ROOT
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {}
     load_before = os.getloadavg()
     for backend in args.backends.split(","):
-        runs[backend] = {"before": [], "after": []}
+        runs[backend] = {name: [] for name in trees}
         for _ in range(args.repeat):
             for name, tree in trees.items():
-                result = _run_child(tree, backend, args.ports, args.polls)
+                result = _run_child(tree, backend, args.ports, args.polls,
+                                    name == "after_columns")
                 print(f"{backend} {name}: {result}", flush=True)  # noqa: T201
                 runs[backend][name].append(result)
     figures: dict[str, Any] = {"ports": args.ports, "polls": args.polls,
@@ -166,6 +181,10 @@ def main() -> None:
             "ratio_per_cpu_s": round(best["after"]["port_samples_per_cpu_s_median"]
                                      / best["before"]["port_samples_per_cpu_s_median"], 2),
         }
+        if "after_columns" in best:
+            figures[backend]["columns_ratio_per_cpu_s"] = round(
+                best["after_columns"]["port_samples_per_cpu_s_median"]
+                / best["before"]["port_samples_per_cpu_s_median"], 2)
     figures["loadavg_before"] = [round(x, 2) for x in load_before]
     figures["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
     save_and_print("ledger_ingest", figures)
