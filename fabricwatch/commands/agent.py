@@ -88,7 +88,8 @@ def agent(sysfs_root: Path, host: str | None, interval: float, ethtool: str, onc
         from collectors.publish import Publisher
 
         async with Publisher(settings.kafka.bootstrap_servers,
-                             client_id=f"fabricwatch-agent-{name}") as pub:
+                             client_id=f"fabricwatch-agent-{name}",
+                             columnar=settings.kafka.columnar_counters) as pub:
             async def emit(events: list[Any]) -> None:
                 await pub.send_many(events)
                 await pub.flush()

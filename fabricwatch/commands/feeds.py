@@ -106,7 +106,8 @@ def ufm(url: str, telemetry_url: str | None, user: str | None, tz: str, every: f
 
     async def main() -> int:
         async with Publisher(settings.kafka.bootstrap_servers,
-                             client_id="fabricwatch-poll-ufm") as pub:
+                             client_id="fabricwatch-poll-ufm",
+                             columnar=settings.kafka.columnar_counters) as pub:
             try:
                 poller = UfmPoller(config, pub)
             except ValueError as exc:
@@ -175,7 +176,8 @@ def gnmic(topic: str, group: str | None, bootstrap: str | None) -> None:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         async with Publisher(settings.kafka.bootstrap_servers,
-                             client_id="fabricwatch-consume-gnmic") as pub:
+                             client_id="fabricwatch-consume-gnmic",
+                             columnar=settings.kafka.columnar_counters) as pub:
             consumer = GnmicConsumer(bootstrap or settings.kafka.bootstrap_servers, topic, pub,
                                      GnmicMapper(settings.fabric), group_id=group,
                                      on_dead_letter=dead_lettered)

@@ -55,7 +55,8 @@ def _ts_option(value: str | None) -> int:
 
 
 async def _publish(settings: Settings, events: list[Event]) -> int:
-    async with Publisher(settings.kafka.bootstrap_servers) as publisher:
+    async with Publisher(settings.kafka.bootstrap_servers,
+                         columnar=settings.kafka.columnar_counters) as publisher:
         await publisher.send_many(events)
         return await publisher.flush()
 

@@ -72,7 +72,8 @@ def ibdiags(every: float, discover_every: float, timeout: float, concurrency: in
 
     async def main() -> int:
         async with Publisher(settings.kafka.bootstrap_servers,
-                             client_id="fabricwatch-poll-ibdiags") as pub:
+                             client_id="fabricwatch-poll-ibdiags",
+                             columnar=settings.kafka.columnar_counters) as pub:
             poller = IbdiagsPoller(config, pub, runner)
             if once:
                 await poller.discover()

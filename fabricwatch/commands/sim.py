@@ -179,6 +179,7 @@ def run_cmd(preset: str, interval: str, files: tuple[Path, ...], specs: tuple[st
         controller.record_fabric(fab.fabric, [f"{p.device}:{p.port}" for p in fab.ports()],
                                  chances)
         simulator = Simulator(fab, faults=faults, controller=controller, seed=seed,
+                              columnar=settings.kafka.columnar_counters,
                               start_ms=start_ms, interval_s=interval_s,
                               probe_every=probe_every, topology_every=topology_every,
                               jobs=placements(fab, [(j.job, j.nodes) for j in place_jobs(
