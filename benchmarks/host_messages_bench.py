@@ -19,7 +19,8 @@ reuses). Without ``--bootstrap`` it starts its own broker.
 
 Then, unless ``--latency-traps 0``, trap-to-detection under the host load: the host agents'
 messages go on arriving (every host every second, ``--host-rate`` messages/s at most: one
-pre-encoded message per host, re-stamped with each round's id and ts) while
+pre-encoded message per host, re-stamped with each round's id and ts; one producer in a
+process of its own) while
 ``--latency-traps`` ports flap (the streams benchmark's latency phase: two downs, then a
 third at ``--trap-rate``); each third down's publish time against its ``flap`` detection on
 ``fabric.detections``. The counters backlog the worker has at the phase's start and end is
@@ -35,6 +36,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib.util
+import multiprocessing
 import os
 import sys
 import tempfile
@@ -155,6 +157,28 @@ def host_background(bootstrap: str, tpl: dict[str, Any], hosts: int, rate: float
     return run
 
 
+def host_load_process(bootstrap: str, tpl: dict[str, Any], hosts: int, rate: float,
+                      done: Any, results: Any) -> None:
+    """``host_background`` in a process of its own until ``done`` is set: producing it
+    would otherwise slow the trap sender and the readers (one event loop) down with it.
+    Puts what it produced on ``results``."""
+    produced: dict[str, float] = {}
+
+    async def main() -> None:
+        stop = asyncio.Event()
+
+        async def watch() -> None:
+            await asyncio.to_thread(done.wait)  # a process's event, not the loop's
+            stop.set()
+        watcher = asyncio.create_task(watch())
+        await host_background(bootstrap, tpl, hosts, rate, produced)(stop)
+        await watcher
+    try:
+        asyncio.run(main())
+    finally:
+        results.put(produced)
+
+
 async def lag(bootstrap: str, group: str, tps: list[Any]) -> int:
     """Messages of ``fabric.counters`` the group has not committed yet."""
     _, end = await end_offsets(bootstrap, "fabric.counters")
@@ -193,13 +217,20 @@ async def run(args: argparse.Namespace, state: Path, bootstrap: str) -> dict[str
             await asyncio.sleep(0.2)
         worker_s = time.perf_counter() - ready
         if args.latency_traps:
-            background = host_background(bootstrap, tpl, args.hosts, args.host_rate, produced)
-
             async def loaded(stop: asyncio.Event) -> None:
-                task = asyncio.create_task(background(stop))
-                await asyncio.sleep(args.warm_up)  # the backlog builds before traps come
-                backlog.append(await lag(bootstrap, group, tps))
-                await task
+                ctx = multiprocessing.get_context("spawn")
+                done, results = ctx.Event(), ctx.Queue()
+                proc = ctx.Process(target=host_load_process, daemon=True, args=(
+                    bootstrap, tpl, args.hosts, args.host_rate, done, results))
+                proc.start()
+                try:
+                    await asyncio.sleep(args.warm_up)  # the backlog builds before traps
+                    backlog.append(await lag(bootstrap, group, tps))
+                    await stop.wait()
+                finally:
+                    done.set()
+                    produced.update(await asyncio.to_thread(results.get, True, 120))
+                    await asyncio.to_thread(proc.join, 30)
             latency = await latency_phase(bootstrap, args.latency_traps, args.trap_rate,
                                           loaded, lead_s=args.warm_up)
             backlog.append(await lag(bootstrap, group, tps))
