@@ -93,7 +93,9 @@ def worker_command(policy_path: Path | None, workers: int, ledger: bool | None, 
     if settings.metrics_port is not None:  # one port per supervised worker process
         from runtime.metrics import start_metrics_server
 
-        start_metrics_server(settings.metrics_port + worker_index)
+        # the trap path's processes beside the rest's on one host: ports 64 further on
+        start_metrics_server(settings.metrics_port + worker_index
+                             + (64 if agents == "traps" else 0))
     asyncio.run(sa.ensure_topics())
     sa.load_pins()  # the pinned probe baselines, before consuming
     worker = faust.Worker(sa.app, loglevel=loglevel.upper(), quiet=True,
