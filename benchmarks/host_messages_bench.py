@@ -1,7 +1,8 @@
 """Benchmark: the stream worker's capacity in host-agent messages per second (8 ports each).
 
 Run: .venv/bin/python benchmarks/host_messages_bench.py [--hosts 12500] [--intervals 3]
-     [--bootstrap HOST:PORT]
+     [--latency-traps 100] [--trap-rate 2.5] [--host-rate 12500] [--split-traps]
+     [--scenario host_messages] [--bootstrap HOST:PORT]
 
 Target context: 100,000 host ports read at 1 s by 12,500 host agents is 12,500 messages/s.
 The messages are the agent's own: one ``HostAgent.round()`` of an 8-HCA tree built from
@@ -16,6 +17,17 @@ changelogs) consumes the same messages from the start, timed from "Worker ready"
 its committed offsets reach the end (the streams benchmark's method, whose helpers this
 reuses). Without ``--bootstrap`` it starts its own broker.
 
+Then, unless ``--latency-traps 0``, trap-to-detection under the host load: the host agents'
+messages go on arriving (every host every second, ``--host-rate`` messages/s at most: one
+pre-encoded message per host, re-stamped with each round's id and ts; one producer in a
+process of its own) while
+``--latency-traps`` ports flap (the streams benchmark's latency phase: two downs, then a
+third at ``--trap-rate``); each third down's publish time against its ``flap`` detection on
+``fabric.detections``. The counters backlog the worker has at the phase's start and end is
+recorded (a worker that keeps up has none, and traps then wait behind nothing).
+``--split-traps`` runs the trap path in its own worker process (``fabricwatch worker
+--agents traps`` beside ``--agents rest``, the same ``--app-id``).
+
 Writes benchmarks/results/host_messages.json.
 """
 
@@ -24,6 +36,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib.util
+import multiprocessing
 import os
 import sys
 import tempfile
@@ -44,6 +57,8 @@ from benchmarks.streams_bench import (  # noqa: E402
     broker,
     committed_total,
     end_offsets,
+    latency_phase,
+    max_trap_rate,
 )
 from collectors.live.host_agent import AgentConfig, HostAgent  # noqa: E402
 from schemas import encode  # noqa: E402
@@ -97,6 +112,79 @@ async def produce(bootstrap: str, tpl: dict[str, Any], hosts: int, intervals: in
     return n, size
 
 
+TS_MARK = 1_111_111_111_111  # a ts no real message carries: replaced per round
+
+
+def host_background(bootstrap: str, tpl: dict[str, Any], hosts: int, rate: float,
+                    produced: dict[str, float]) -> Any:
+    """Every host's message every second (at most ``rate`` messages/s), as fast as one
+    producer sends them; ``produced`` gets the messages sent and the seconds taken."""
+    names = [f"node{h:05d}" for h in range(hosts)]
+    # the agent's message per host, encoded once: a round changes only its id and ts
+    encoded = [host_message(tpl, h, 0, TS_MARK).replace(
+        b'"id":"%s/0"' % h.encode(), b'"id":"%s/@SEQ@"' % h.encode()) for h in names]
+    assert all(v.count(b"@SEQ@") == 1 for v in encoded)
+    mark = str(TS_MARK).encode()
+    period = max(1.0, hosts / rate)
+
+    async def run(stop: asyncio.Event) -> None:
+        prod = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=20,
+                                max_batch_size=1 << 20, compression_type="lz4", acks=1)
+        await prod.start()
+        t_start = time.perf_counter()
+        n = 0
+        try:
+            seq = 1_000_000
+            while not stop.is_set():
+                t0 = time.perf_counter()
+                ts = str(int(time.time() * 1000)).encode()
+                new_id = b"%d" % seq
+                for i, (host, value) in enumerate(zip(names, encoded, strict=True)):
+                    if stop.is_set():
+                        break
+                    await prod.send("fabric.counters",
+                                    value.replace(mark, ts).replace(b"@SEQ@", new_id, 1),
+                                    key=host.encode())
+                    n += 1
+                    due = t0 + period * (i + 1) / hosts
+                    if i % 100 == 99 and (delay := due - time.perf_counter()) > 0:
+                        await asyncio.sleep(delay)
+                seq += 1
+        finally:
+            produced["messages"] = n
+            produced["seconds"] = time.perf_counter() - t_start
+            await prod.stop()
+    return run
+
+
+def host_load_process(bootstrap: str, tpl: dict[str, Any], hosts: int, rate: float,
+                      done: Any, results: Any) -> None:
+    """``host_background`` in a process of its own until ``done`` is set: producing it
+    would otherwise slow the trap sender and the readers (one event loop) down with it.
+    Puts what it produced on ``results``."""
+    produced: dict[str, float] = {}
+
+    async def main() -> None:
+        stop = asyncio.Event()
+
+        async def watch() -> None:
+            await asyncio.to_thread(done.wait)  # a process's event, not the loop's
+            stop.set()
+        watcher = asyncio.create_task(watch())
+        await host_background(bootstrap, tpl, hosts, rate, produced)(stop)
+        await watcher
+    try:
+        asyncio.run(main())
+    finally:
+        results.put(produced)
+
+
+async def lag(bootstrap: str, group: str, tps: list[Any]) -> int:
+    """Messages of ``fabric.counters`` the group has not committed yet."""
+    _, end = await end_offsets(bootstrap, "fabric.counters")
+    return end - await committed_total(bootstrap, group, tps)
+
+
 async def run(args: argparse.Namespace, state: Path, bootstrap: str) -> dict[str, Any]:
     tpl = await template(state / "sys")
     base = int(time.time() * 1000) - 3600_000
@@ -106,19 +194,49 @@ async def run(args: argparse.Namespace, state: Path, bootstrap: str) -> dict[str
     tps, end_total = await end_offsets(bootstrap, "fabric.counters")
     bare_s, samples = await bare_throughput(bootstrap, end_total)
     app_id = f"bench-host-{uuid.uuid4().hex[:8]}"
-    worker = WorkerProc(bootstrap, state, app_id, ledger=False)
+    if args.split_traps:  # the counters' process and the trap path's, one app id
+        group = f"{app_id}-rest"
+        workers = [WorkerProc(bootstrap, state, app_id, ledger=False, agents="rest"),
+                   WorkerProc(bootstrap, state, app_id, ledger=False, agents="traps")]
+    else:
+        group = app_id
+        workers = [WorkerProc(bootstrap, state, app_id, ledger=False)]
+    worker = workers[0]  # the one that takes the counters
+    latency: dict[str, Any] | None = None
+    produced: dict[str, float] = {}
+    backlog: list[int] = []
     try:
-        ready = await asyncio.to_thread(worker.wait_ready)
+        ready = max([await asyncio.to_thread(w.wait_ready) for w in workers])
         while True:
-            done = await committed_total(bootstrap, app_id, tps)
+            done = await committed_total(bootstrap, group, tps)
             if done >= end_total:
                 break
-            if worker.proc.poll() is not None:
-                raise RuntimeError(worker.log.read_bytes()[-3000:].decode(errors="replace"))
+            for w in workers:
+                if w.proc.poll() is not None:
+                    raise RuntimeError(w.log.read_bytes()[-3000:].decode(errors="replace"))
             await asyncio.sleep(0.2)
         worker_s = time.perf_counter() - ready
+        if args.latency_traps:
+            async def loaded(stop: asyncio.Event) -> None:
+                ctx = multiprocessing.get_context("spawn")
+                done, results = ctx.Event(), ctx.Queue()
+                proc = ctx.Process(target=host_load_process, daemon=True, args=(
+                    bootstrap, tpl, args.hosts, args.host_rate, done, results))
+                proc.start()
+                try:
+                    await asyncio.sleep(args.warm_up)  # the backlog builds before traps
+                    backlog.append(await lag(bootstrap, group, tps))
+                    await stop.wait()
+                finally:
+                    done.set()
+                    produced.update(await asyncio.to_thread(results.get, True, 120))
+                    await asyncio.to_thread(proc.join, 30)
+            latency = await latency_phase(bootstrap, args.latency_traps, args.trap_rate,
+                                          loaded, lead_s=args.warm_up)
+            backlog.append(await lag(bootstrap, group, tps))
     finally:
-        worker.stop()
+        for w in workers:
+            w.stop()
     log = worker.log.read_bytes().decode(errors="replace")
     rate = messages / worker_s
     bare = messages / bare_s
@@ -135,6 +253,17 @@ async def run(args: argparse.Namespace, state: Path, bootstrap: str) -> dict[str
         "fraction_of_target": round(rate / 12_500, 3),
         "stale_detections_in_log": log.count("stale"),
         "load_average_1m_at_end": round(os.getloadavg()[0], 2),
+        "split_traps": args.split_traps,
+        "host_load": None if latency is None else {
+            "target_messages_per_s": min(args.host_rate, float(args.hosts)),
+            "produced_messages": produced.get("messages"),
+            "produced_per_s": round(produced.get("messages", 0)
+                                    / max(produced.get("seconds", 0), 1e-9)),
+            "counters_backlog_at_first_trap": backlog[0] if backlog else None,
+            "counters_backlog_at_end": backlog[1] if len(backlog) > 1 else None,
+        },
+        "latency_under_host_load": latency,
+        "target_trap_p99_ms": 100,
     }
 
 
@@ -142,13 +271,27 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hosts", type=int, default=12_500)
     parser.add_argument("--intervals", type=int, default=3)
+    parser.add_argument("--latency-traps", type=int, default=100)
+    parser.add_argument("--trap-rate", type=float, default=2.5)
+    parser.add_argument("--host-rate", type=float, default=12_500.0,
+                        help="host messages/s produced during the latency phase, at most")
+    parser.add_argument("--warm-up", type=float, default=10.0,
+                        help="seconds of host load before the first trap")
+    parser.add_argument("--split-traps", action="store_true",
+                        help="the trap path in its own worker process (--agents traps)")
+    parser.add_argument("--scenario", default="host_messages",
+                        help="results file name: benchmarks/results/<scenario>.json")
     parser.add_argument("--bootstrap", default=None)
     args = parser.parse_args()
+    if args.latency_traps and not 0 < args.trap_rate <= max_trap_rate():
+        parser.error(f"--trap-rate: more than 0 and at most {max_trap_rate():.1f}/s")
+    if args.latency_traps < 0 or args.host_rate <= 0 or args.warm_up < 0:
+        parser.error("--latency-traps, --host-rate and --warm-up: not negative")
     with tempfile.TemporaryDirectory(prefix="fw-host-bench-") as tmp:
         state = Path(tmp)
         with broker(args.bootstrap, state) as bootstrap:
             figures = asyncio.run(run(args, state, bootstrap))
-    save_and_print("host_messages", figures)
+    save_and_print(args.scenario, figures)
 
 
 if __name__ == "__main__":

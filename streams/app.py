@@ -27,6 +27,14 @@ there, the correlator calls ``emit``): it carries ``incident`` / ``maintenance``
 covers it, and only one carrying neither reaches the breaker. Incidents go to
 ``fabric.incidents``.
 
+Agent groups (``agents``): ``all`` (one worker runs every agent), or the trap path apart
+from the rest, one process of each with the same ``app_id``: ``traps`` (flap, the
+correlator and the breaker, which reads the SU sizes the correlator learns) and ``rest``
+(counters with the stale detector it feeds, probes, degraded-link, SM, topology diff). A
+counters backlog then cannot hold a trap back: the two run on their own event loops and
+consumer groups (``{app_id}-traps``, ``{app_id}-rest``: Faust ids, so tables and
+changelogs), and meet on the internal topics, which keep the ``{app_id}.`` prefix.
+
 Delivery is at least once. Every state remembers which messages it has applied (event ids
 for flap, the last message ids per key elsewhere) and a redelivered message yields exactly
 the detections it yielded the first time, so a crash between deciding and publishing loses
@@ -72,6 +80,11 @@ APP_ID = "fabricwatch-streams"  # also the consumer group and the internal topic
 ROUTE_SEED_MESSAGES = 16
 PINS_REFRESH_S = 60.0  # a pin a person just made is judged by within a minute
 ENSURE_TOPICS_S = 120.0  # how long a starting worker retries creating its topics
+# The agent modules of each group (streams/<name>/agent.py; topology: the diff agent).
+TRAP_AGENTS = frozenset({"flap", "incidents", "breaker"})
+REST_AGENTS = frozenset({"counters", "stale", "probes", "degraded_link", "sm", "topology"})
+AGENT_GROUPS: dict[str, frozenset[str]] = {"all": TRAP_AGENTS | REST_AGENTS,
+                                           "traps": TRAP_AGENTS, "rest": REST_AGENTS}
 
 
 def partitions_of(settings: Settings, topic: registry.Topic) -> int:
@@ -95,7 +108,12 @@ class StreamsApp:
 
     def __init__(self, settings: Settings, policy: Policy, *, context: Context | None = None,
                  ledger: bool = True, worker_index: int = 0,
-                 app_id: str = APP_ID) -> None:
+                 app_id: str = APP_ID, agents: str = "all") -> None:
+        if agents not in AGENT_GROUPS:
+            raise ValueError(f"agents {agents!r}: one of {sorted(AGENT_GROUPS)}")
+        self.agents = AGENT_GROUPS[agents]
+        # a group apart is its own Faust app (consumer group, tables); "all" keeps app_id
+        faust_id = app_id if agents == "all" else f"{app_id}-{agents}"
         self.settings = settings
         self.policy = policy
         # The cable plan (FABRICWATCH_PLAN_PATH): what degraded-link judges widths and
@@ -135,10 +153,11 @@ class StreamsApp:
         if ledger and self.engine.context.pinned is None:
             self.engine.context.pinned = self.pins
         self.bounds = TimeBounds.from_policy(policy)
-        self.datadir = Path(settings.state_dir) / "streams" / app_id / f"worker-{worker_index}"
+        self.datadir = (Path(settings.state_dir) / "streams" / faust_id
+                        / f"worker-{worker_index}")
         self.datadir.mkdir(parents=True, exist_ok=True)
         self.app = faust.App(
-            app_id,
+            faust_id,
             broker=broker_urls(settings.kafka.bootstrap_servers),
             store="rocksdb://",
             datadir=str(self.datadir),
@@ -162,7 +181,7 @@ class StreamsApp:
             broker_commit_interval=1.0,
             broker_session_timeout=settings.streams.session_timeout_s,
             broker_heartbeat_interval=settings.streams.heartbeat_interval_s,
-            consumer_group_instance_id=instance_id(settings, app_id, worker_index),
+            consumer_group_instance_id=instance_id(settings, faust_id, worker_index),
         )
         self.n_port = n_port = partitions_of(settings, registry.PORT_EVENTS)
 
@@ -186,19 +205,23 @@ class StreamsApp:
         self.worker_index = worker_index
         self.fabrics_seen: set[str] = set()  # the fabrics this worker ticks the clock of
 
-        def table(name: str, partitions: int) -> Any:
+        def table(name: str, partitions: int, agent: str) -> Any:
+            if agent not in self.agents:
+                return None  # another group's: declaring it would recover it here too
             # bytes types make Faust pick the raw codec for the store and the changelog:
             # the value is our own orjson, decoded once by us.
             return self.app.Table(name, default=None, partitions=partitions, key_type=bytes,
                                   value_type=bytes)
 
-        self.flap_table = table("flap", n_port)
-        self.counters_table = table("counters", partitions_of(settings, registry.COUNTERS))
-        self.probes_table = table("probes", partitions_of(settings, registry.PROBES))
-        self.topology_table = table("topology", partitions_of(settings, registry.TOPOLOGY))
-        self.breaker_table = table("breaker", 1)
-        self.correlate_table = table("correlate", 1)
-        self.sm_table = table("sm", partitions_of(settings, registry.SM))
+        self.flap_table = table("flap", n_port, "flap")
+        self.counters_table = table("counters", partitions_of(settings, registry.COUNTERS),
+                                    "counters")
+        self.probes_table = table("probes", partitions_of(settings, registry.PROBES), "probes")
+        self.topology_table = table("topology", partitions_of(settings, registry.TOPOLOGY),
+                                    "degraded_link")
+        self.breaker_table = table("breaker", 1, "breaker")
+        self.correlate_table = table("correlate", 1, "incidents")
+        self.sm_table = table("sm", partitions_of(settings, registry.SM), "sm")
         self.sink: LedgerSink | None = LedgerSink(self._open_ledger) if ledger else None
         # Called by the counters agent with each decoded counters message and its
         # partition (the stale detector), so that a message is decoded once.
@@ -380,10 +403,14 @@ class StreamsApp:
         from streams.sm import agent as sm_agent
         from streams.stale import agent as stale_agent
 
-        for module in (flap_agent, counters_agent, probes_agent, topology_agent,
-                       breaker_agent, stale_agent, incidents_agent, sm_agent):
-            module.register(self)
-        if self.plan is not None:  # the topology area's diff agent (miswire, missing, ...)
+        modules = {"flap": flap_agent, "counters": counters_agent, "probes": probes_agent,
+                   "degraded_link": topology_agent, "breaker": breaker_agent,
+                   "stale": stale_agent, "incidents": incidents_agent, "sm": sm_agent}
+        for name, module in modules.items():
+            if name in self.agents:
+                module.register(self)
+        # the topology area's diff agent (miswire, missing, ...)
+        if self.plan is not None and "topology" in self.agents:
             from streams.topology import agent as topology_diff_agent
 
             topology_diff_agent.register_streams(self, self.plan)

@@ -9,7 +9,10 @@ embedded ledger (chdb) allows one writer process: with it, only worker 0 runs th
 sink (set ``FABRICWATCH_CLICKHOUSE_URL`` for a ledger server every worker writes to;
 ``fabric.detections`` is always complete). Without ``--ledger`` the sink is on only with a
 ledger server: the embedded ledger has one owner process, the ledger's ingest, which takes
-detections and dead letters from their topics. Exit code 2 on a bad policy or option.
+detections and dead letters from their topics. ``--agents traps`` and ``--agents rest``
+(one of each, the same ``--app-id``) run the trap path (flap, correlator, breaker) apart
+from the counters and the other detectors, so a counters backlog does not delay a trap's
+detection (``streams.app``). Exit code 2 on a bad policy or option.
 """
 
 from __future__ import annotations
@@ -44,13 +47,22 @@ from schemas.policy import Policy
               default="info", show_default=True)
 @click.option("--app-id", default="fabricwatch-streams", show_default=True,
               help="Faust app id: the consumer group and the prefix of internal topics.")
+@click.option("--agents", type=click.Choice(["all", "traps", "rest"]), default="all",
+              show_default=True,
+              help="The agents this worker runs: all of them, or the trap path (flap, "
+                   "correlator, breaker) or the rest, each in its own process and consumer "
+                   "group beside the other, so that traps never wait behind counters.")
 @click.option("--index", "worker_index", type=click.IntRange(0, 63), default=0, hidden=True)
 def worker_command(policy_path: Path | None, workers: int, ledger: bool | None, loglevel: str,
-                   app_id: str, worker_index: int) -> None:
+                   app_id: str, agents: str, worker_index: int) -> None:
     """Run the stream processors until stopped (SIGINT/SIGTERM)."""
     settings = load_settings()
     if ledger is None:
         ledger = settings.clickhouse_url is not None
+    if agents == "rest" and settings.clickhouse_url is None:
+        # chdb allows one process per data folder: the trap path's worker, which emits the
+        # detections, is the one that may write the embedded ledger
+        ledger = False
     path = policy_path or settings.policy_path
     try:
         policy = Policy.load(path)
@@ -62,7 +74,7 @@ def worker_command(policy_path: Path | None, workers: int, ledger: bool | None, 
         click.echo(f"error: --app-id {app_id!r}: use letters, digits, '-', '_', '.'", err=True)
         raise SystemExit(2)
     if workers > 1:
-        raise SystemExit(_supervise(workers, path, ledger, loglevel, app_id,
+        raise SystemExit(_supervise(workers, path, ledger, loglevel, app_id, agents,
                                     embedded=settings.clickhouse_url is None))
     import faust
 
@@ -74,14 +86,16 @@ def worker_command(policy_path: Path | None, workers: int, ledger: bool | None, 
 
     try:
         sa = StreamsApp(settings, policy, ledger=ledger, worker_index=worker_index,
-                        app_id=app_id)
+                        app_id=app_id, agents=agents)
     except PlanError as exc:
         click.echo(f"error: {exc}", err=True)
         raise SystemExit(2) from None
     if settings.metrics_port is not None:  # one port per supervised worker process
         from runtime.metrics import start_metrics_server
 
-        start_metrics_server(settings.metrics_port + worker_index)
+        # the trap path's processes beside the rest's on one host: ports 64 further on
+        start_metrics_server(settings.metrics_port + worker_index
+                             + (64 if agents == "traps" else 0))
     asyncio.run(sa.ensure_topics())
     sa.load_pins()  # the pinned probe baselines, before consuming
     worker = faust.Worker(sa.app, loglevel=loglevel.upper(), quiet=True,
@@ -90,13 +104,13 @@ def worker_command(policy_path: Path | None, workers: int, ledger: bool | None, 
 
 
 def _supervise(workers: int, policy: Path | None, ledger: bool, loglevel: str, app_id: str,
-               *, embedded: bool) -> int:
+               agents: str, *, embedded: bool) -> int:
     """Start ``workers`` single-worker processes and wait; SIGTERM/SIGINT stop them all."""
     procs: list[subprocess.Popen[bytes]] = []
     for i in range(workers):
         args = [sys.executable, "-c", "from fabricwatch.cli import main; main()", "worker",
                 "--workers", "1", "--index", str(i), "--loglevel", loglevel,
-                "--app-id", app_id]
+                "--app-id", app_id, "--agents", agents]
         if policy is not None:
             args += ["--policy", str(policy)]
         # chdb allows one process per data folder: only worker 0 writes the embedded ledger

@@ -105,6 +105,7 @@ def register(sa: StreamsApp) -> None:
                 if item is None:
                     continue
                 key = item.fabric.encode()
+                sa.fabrics_seen.add(item.fabric)  # ticked, also when another process forwards
                 if item.fabric not in boxes:
                     stored = table.get(key)
                     boxes[item.fabric] = orjson.loads(stored) if stored else None

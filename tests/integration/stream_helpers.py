@@ -29,11 +29,14 @@ FABRICWATCH = str(Path(sys.executable).parent / "fabricwatch")
 class Worker:
     """One ``fabricwatch worker`` process and its log."""
 
-    def __init__(self, bootstrap: str, state_dir: Path, app_id: str) -> None:
+    def __init__(self, bootstrap: str, state_dir: Path, app_id: str,
+                 agents: str = "all") -> None:
         self.bootstrap = bootstrap
         self.state_dir = state_dir
         self.app_id = app_id
-        self.log = state_dir / f"worker-{app_id}.log"
+        self.agents = agents  # fabricwatch worker --agents
+        self.log = state_dir / (f"worker-{app_id}.log" if agents == "all"
+                                else f"worker-{app_id}-{agents}.log")
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, ledger: bool = False, policy: Path | None = None,
@@ -48,7 +51,7 @@ class Worker:
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
                 [FABRICWATCH, "worker", "--ledger" if ledger else "--no-ledger",
-                 "--app-id", self.app_id],
+                 "--app-id", self.app_id, "--agents", self.agents],
                 stdout=out, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:

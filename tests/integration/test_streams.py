@@ -24,7 +24,7 @@ from typing import Any
 
 import orjson
 import pytest
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from schemas import Counters, Event, PortSample, Probe, encode
 from schemas.policy import Policy
@@ -180,11 +180,10 @@ def rename(raw: bytes, tag: str) -> tuple[str, bytes, bytes]:
     return topic, key.encode(), orjson.dumps(obj)
 
 
-@pytest.mark.parametrize("columnar", [False, True], ids=["counters", "counter_columns"])
-async def test_sim_faults_give_exactly_replays_detections(worker: Worker, columnar: bool
-                                                          ) -> None:
-    """(The columnar form: the worker's column checks against replay's per-sample rules.)"""
-    tag = f"t{worker.app_id.rsplit('-', 1)[1]}{'c' if columnar else ''}"
+def sim_messages(tag: str, columnar: bool = False
+                 ) -> tuple[list[tuple[str, bytes, bytes]], dict[str, Any]]:
+    """The lab fabric's 40 steps with four faults, renamed for ``tag``, and replay's
+    detections of them by id (``columnar``: the counters as counter_columns)."""
     faults = [parse_spec("flap:leaf-su01-r0:1,count=4,every=60s,at=30s"),
               parse_spec("counter_saturation:leaf-su01-r1:2,at=20s"),
               parse_spec("degraded_width:leaf-su01-r2:3,at=40s"),
@@ -198,7 +197,11 @@ async def test_sim_faults_give_exactly_replays_detections(worker: Worker, column
              for d in want.values()}
     assert {("flap", "leaf-su01-r0", 1), ("counter_saturated", "leaf-su01-r1", 2),
             ("degraded_link", "leaf-su01-r2", 3), ("ber", "leaf-su01-r3", 4)} <= kinds
-    producer = AIOKafkaProducer(bootstrap_servers=worker.bootstrap, acks="all",
+    return messages, want
+
+
+async def send_all(bootstrap: str, messages: list[tuple[str, bytes, bytes]]) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all",
                                 enable_idempotence=True, linger_ms=5)
     await producer.start()
     try:
@@ -207,9 +210,10 @@ async def test_sim_faults_give_exactly_replays_detections(worker: Worker, column
         await producer.flush()
     finally:
         await producer.stop()
-    await asyncio.to_thread(worker.start)
-    got = await collect(worker.bootstrap, "fabric.detections", len(want),
-                        f'"fabric":"{tag}"'.encode(), wait_s=150, settle=5.0)
+
+
+def assert_replays(got: list[bytes], want: dict[str, Any], tail: str) -> None:
+    """``got`` is replay's detections."""
     ids = [orjson.loads(v)["id"] for v in got]
     assert_copies_identical(got)  # at least once: a redelivery repeats its outputs exactly
     # breaker_open is first come, first served across an SU's ports: which port's request
@@ -221,5 +225,62 @@ async def test_sim_faults_give_exactly_replays_detections(worker: Worker, column
 
     got_exact, got_breaker = split(ids)
     want_exact, want_breaker = split(list(want))
-    assert got_exact == want_exact, worker.tail()
+    assert got_exact == want_exact, tail
     assert sorted(got_breaker) == sorted(want_breaker)
+
+
+@pytest.mark.parametrize("columnar", [False, True], ids=["counters", "counter_columns"])
+async def test_sim_faults_give_exactly_replays_detections(worker: Worker, columnar: bool
+                                                          ) -> None:
+    """(The columnar form: the worker's column checks against replay's per-sample rules.)"""
+    tag = f"t{worker.app_id.rsplit('-', 1)[1]}{'c' if columnar else ''}"
+    messages, want = sim_messages(tag, columnar)
+    await send_all(worker.bootstrap, messages)
+    await asyncio.to_thread(worker.start)
+    got = await collect(worker.bootstrap, "fabric.detections", len(want),
+                        f'"fabric":"{tag}"'.encode(), wait_s=150, settle=5.0)
+    assert_replays(got, want, worker.tail())
+
+
+async def committed(bootstrap: str, group: str, topic: str) -> int:
+    """The offsets ``group`` has committed on ``topic``, summed over its partitions."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group,
+                                enable_auto_commit=False)
+    await consumer.start()
+    try:
+        parts = consumer.partitions_for_topic(topic) or set()
+        if not parts:
+            await consumer._client.force_metadata_update()  # noqa: SLF001 - first lookup
+            parts = consumer.partitions_for_topic(topic) or set()
+        assert parts, topic
+        return sum([await consumer.committed(TopicPartition(topic, p)) or 0 for p in parts])
+    finally:
+        await consumer.stop()
+
+
+async def test_trap_path_apart_gives_exactly_replays_detections(kafka_bootstrap: str,
+                                                                  tmp_path: Path) -> None:
+    """``--agents traps`` beside ``--agents rest`` (one app id): the same detections as one
+    worker and as replay, each published once or as identical copies."""
+    app_id = f"fw-test-{uuid.uuid4().hex[:8]}"
+    rest = Worker(kafka_bootstrap, tmp_path, app_id, agents="rest")
+    traps = Worker(kafka_bootstrap, tmp_path, app_id, agents="traps")
+    tag = f"t{app_id.rsplit('-', 1)[1]}"
+    messages, want = sim_messages(tag)
+    assert {d.detection.value for d in want.values()} >= {"flap", "breaker_open"}
+    try:
+        await send_all(kafka_bootstrap, messages)
+        await asyncio.to_thread(rest.start)
+        await asyncio.to_thread(traps.start)
+        prefix = f'"fabric":"{tag}"'.encode()
+        got = await collect(kafka_bootstrap, "fabric.detections", len(want), prefix,
+                            wait_s=150, settle=5.0)
+        assert_replays(got, want, traps.tail() + rest.tail())
+        # each process consumed only its own inputs: counters in "rest", traps in "traps"
+        assert await committed(kafka_bootstrap, f"{app_id}-traps", "fabric.counters") == 0
+        assert await committed(kafka_bootstrap, f"{app_id}-traps", "fabric.port-events") > 0
+        assert await committed(kafka_bootstrap, f"{app_id}-rest", "fabric.port-events") == 0
+        assert await committed(kafka_bootstrap, f"{app_id}-rest", "fabric.counters") > 0
+    finally:
+        traps.stop()
+        rest.stop()
