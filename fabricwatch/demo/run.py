@@ -368,15 +368,13 @@ class Demo:
             await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _detections(self, bootstrap: str) -> None:
-        seen = len(self.live.detections)
         task = asyncio.create_task(watch_detections(self.live, bootstrap))
         try:
             while True:
                 await asyncio.sleep(0.2)
-                while seen < self.live.detections_total:
-                    for det in list(self.live.detections)[-(self.live.detections_total - seen):]:
-                        self._match(det)
-                    seen = self.live.detections_total
+                batch, self.live.unmatched = self.live.unmatched, []
+                for det in batch:
+                    self._match(det)
         finally:
             task.cancel()
 

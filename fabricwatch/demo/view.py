@@ -30,7 +30,10 @@ class LiveState:
     started: float = field(default_factory=time.monotonic)
     phase: str = "starting"
     topics: dict[str, TopicRate] = field(default_factory=dict)
-    detections: deque[Detection] = field(default_factory=lambda: deque(maxlen=12))
+    detections: deque[Detection] = field(default_factory=lambda: deque(maxlen=12))  # shown
+    # every detection not yet matched against the scenario (the shown ones are only the
+    # last 12: a burst of more between two looks must not hide a fault's detection)
+    unmatched: list[Detection] = field(default_factory=list)
     detections_total: int = 0
     detections_by_kind: dict[str, int] = field(default_factory=dict)
     runbooks_by_state: dict[str, int] = field(default_factory=dict)
@@ -46,6 +49,7 @@ class LiveState:
 
     def add_detection(self, detection: Detection) -> None:
         self.detections.append(detection)
+        self.unmatched.append(detection)
         self.detections_total += 1
         kind = detection.detection.value
         self.detections_by_kind[kind] = self.detections_by_kind.get(kind, 0) + 1
