@@ -201,3 +201,17 @@ def test_rows_and_columns_round_trip() -> None:
     assert cols.column_map()["rx_power_low_dbm"] == [-9.0, None]
     assert cols.rows() == rows
     assert decode(orjson.dumps(cols.to_wire())).rows() == rows  # type: ignore[union-attr]
+
+
+def test_a_register_width_reported_at_its_maximum_is_judged() -> None:
+    """A port whose counter stands still, then is said to sit at its register's maximum:
+    nothing moved, yet the per-sample rules must see it (saturation)."""
+    det = CountersDetector(Policy())
+    state, view = None, None
+    out: list[str] = []
+    for i, extra in enumerate([{}, {}, {"counter_bits": {"symbol_errors": 2}}]):
+        msg = _columns(i, T0 + i * 10_000, "gnmi", [{"port": 1, "symbol_errors": 3, **extra},
+                                                    {"port": 2, "symbol_errors": 0}])
+        state, dets, _, view = det.step_columns(state, msg, view)
+        out += [d.detection.value for d in dets]
+    assert out == ["counter_saturated"]
