@@ -25,6 +25,9 @@ from ledger.rows import _SERIAL_KEYS, LEDGER_COUNTER_FIELDS, RAW_COUNTER_COLUMNS
 from schemas import CounterColumns, CountersMessage
 
 Columns = dict[str, list[Any]]
+# what counter_columns took of each message: (its columns or None for rows, the ports kept
+# or None for all, its sample count)
+Taken = tuple[Columns | None, list[int] | None, int]
 
 # The columns read from each PortSample as they are.
 _SAMPLE_FIELDS: tuple[str, ...] = (
@@ -71,12 +74,12 @@ def counter_columns(events: Iterable[CountersMessage]) -> Columns:
     devices: list[str] = []
     serials: list[str | None] = []
     fields: list[dict[str, Any]] = []
-    # per message: (None, its sample count) for rows, (the message, the ports kept or None
-    # for all) for columns
-    taken: list[tuple[CounterColumns | None, Any]] = []
+    # per message, in order: (None, None, its sample count) for rows; (its columns, the
+    # ports kept or None for all, its port count) for columns
+    taken: list[Taken] = []
     for event in events:
         if isinstance(event, CounterColumns):
-            n = _columnar(event, ids, ts, fabrics, sources, devices, serials, taken)
+            _columnar(event, ids, ts, fabrics, sources, devices, serials, taken)
             continue
         ports = event.ports
         if any(s.error is not None for s in ports):
@@ -100,10 +103,10 @@ def counter_columns(events: Iterable[CountersMessage]) -> Columns:
         else:
             serials += [None] * n
         fields += sample_fields
-        taken.append((None, n))
+        taken.append((None, None, n))
     columns: Columns = {"id": ids, "ts": ts, "fabric": fabrics, "source": sources,
                         "device": devices}
-    if not any(msg is not None for msg, _ in taken):  # rows only: one read per column
+    if not any(cols is not None for cols, _, _ in taken):  # rows only: one read per column
         for name in _SAMPLE_FIELDS:
             columns[name] = [f[name] for f in fields]
         columns["optic_serial"] = serials
@@ -111,15 +114,14 @@ def counter_columns(events: Iterable[CountersMessage]) -> Columns:
     for name in _SAMPLE_FIELDS:
         col: list[Any] = []
         at = 0
-        for msg, keep in taken:
-            if msg is None:  # a row message's ``keep`` samples, in ``fields`` order
-                col += [f[name] for f in fields[at:at + keep]]
-                at += keep
+        for cols, keep, size in taken:
+            if cols is None:  # a row message's ``size`` samples, in ``fields`` order
+                col += [f[name] for f in fields[at:at + size]]
+                at += size
                 continue
-            values = msg.column_map().get(name)
-            size = msg.port_count if keep is None else len(keep)
+            values = cols.get(name)
             if values is None:
-                col += [None] * size
+                col += [None] * (size if keep is None else len(keep))
             elif keep is None:
                 col += values
             else:
@@ -131,7 +133,7 @@ def counter_columns(events: Iterable[CountersMessage]) -> Columns:
 
 def _columnar(event: CounterColumns, ids: list[str], ts: list[int], fabrics: list[str],
               sources: list[str], devices: list[str], serials: list[str | None],
-              taken: list[tuple[CounterColumns | None, Any]]) -> int:
+              taken: list[Taken]) -> None:
     """A ``counter_columns`` message's envelope columns, with ``counter_samples``' skips
     (a port with ``error``); its sample columns are read in ``counter_columns``."""
     cols = event.column_map()
@@ -142,7 +144,7 @@ def _columnar(event: CounterColumns, ids: list[str], ts: list[int], fabrics: lis
         keep = [i for i, e in enumerate(errors) if e is None]
         n = len(keep)
     if not n:
-        return 0
+        return
 
     def pick(values: list[Any]) -> list[Any]:
         return values if keep is None else [values[i] for i in keep]
@@ -162,8 +164,7 @@ def _columnar(event: CounterColumns, ids: list[str], ts: list[int], fabrics: lis
                     for vs in zip(*found, strict=True)]
     else:
         serials += [None] * n
-    taken.append((event, keep))
-    return n
+    taken.append((cols, keep, event.port_count))
 
 
 def counter_table(columns: Columns) -> pa.Table:

@@ -151,7 +151,7 @@ def select(det: CountersDetector, state: DeviceState, cols: dict[str, list[Any]]
     slow: set[int] = set()
     if view.any_always:
         slow.update(i for i, a in enumerate(view.always) if a)
-    _tracked(det, view, cols, n, slow)
+    _tracked(view, cols, n, slow)
     if ts >= view.next_x and any(cols.get(f) is not None for f in _WINDOW_FIELDS):
         slow.update(i for i, d in enumerate(view.due_x) if ts >= d)
     wait = cols.get("xmit_wait")
@@ -167,8 +167,7 @@ def select(det: CountersDetector, state: DeviceState, cols: dict[str, list[Any]]
     return view, sorted(slow)
 
 
-def _tracked(det: CountersDetector, view: View, cols: dict[str, list[Any]], n: int,
-             slow: set[int]) -> None:
+def _tracked(view: View, cols: dict[str, list[Any]], n: int, slow: set[int]) -> None:
     """Ports whose tracked counters differ from their last (a counter not reported where
     one was is a difference too: the per-sample way keeps the last reading)."""
     for k, name in enumerate(view.names):
