@@ -683,4 +683,6 @@ def incident_runbooks(incidents: dict[str, Incident], runbooks: dict[str, Runboo
 
 
 def describe(expectations: list[Expectation]) -> list[str]:
-    return [f"{e.label}: {e.spec} -> {e.detection}" for e in expectations]
+    return [f"{e.label}: {e.spec} -> {e.detection}"
+            + (f" (or {e.or_localised} localised to the cable)" if e.or_localised else "")
+            for e in expectations]

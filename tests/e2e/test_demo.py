@@ -92,7 +92,13 @@ def test_shortened_demo_detects_every_fault_and_decides_every_runbook(tmp_path: 
     assert "breaker" not in pages, pages
     assert result.report_html is not None
     html = result.report_html.read_text()
-    assert "fabricwatch report" in html and "flap" in html and "<svg" in html
+    assert "fabricwatch report" in html and "<svg" in html
+    # the flapping link's proof (its flap, or a slow_probe localised to its cable when the
+    # runbook isolated it before the third down) is in the report by its kind
+    proof = {det_id.removeprefix("det:").split("/", 1)[0]
+             for det_id in result.detected["flapping link"]}
+    assert proof and proof <= {"flap", "slow_probe"}, proof
+    assert all(f">{kind}<" in html for kind in proof), proof
     # the summary names the incident and what its members had: nothing
     text = " ".join(recorded.split())  # the console wraps long lines
     assert f"incident {reboot.incident}: switch_reboot of {spine}" in text, text[-3000:]
