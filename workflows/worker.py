@@ -9,8 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import importlib.util
+import logging
+import os
+import py_compile
+import sys
 from collections.abc import Callable, Sequence
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from temporalio.client import Client
@@ -27,6 +33,65 @@ from workflows.remediation.activities import EvidenceActivities, FabricActivitie
 from workflows.remediation.workflows import PortRemediation
 
 WORKFLOWS: tuple[type, ...] = (PortRemediation, IsolationBudget, TopologyAudit, IncidentRunbook)
+
+log = logging.getLogger(__name__)
+
+
+def workflow_module_files(workflows: Sequence[type] = WORKFLOWS) -> list[str]:
+    """The source files the sandbox executes afresh for every workflow run: each workflow
+    class's module and the packages above it (what they import is passed through)."""
+    files: dict[str, None] = {}
+    for cls in workflows:
+        parts = cls.__module__.split(".")
+        for i in range(1, len(parts) + 1):
+            path = getattr(sys.modules.get(".".join(parts[:i])), "__file__", None)
+            if path and path.endswith(".py"):
+                files[path] = None
+    return list(files)
+
+
+def bytecode_current(path: str) -> bool:
+    """Whether the import system would load ``path``'s cached bytecode instead of compiling
+    it: the cache exists, is this interpreter's, and matches the source (timestamp and
+    size, or the source hash for a hash-based cache)."""
+    try:
+        head = Path(importlib.util.cache_from_source(path)).read_bytes()[:16]
+        stat = os.stat(path)
+    except OSError:
+        return False
+    if len(head) < 16 or head[:4] != importlib.util.MAGIC_NUMBER:
+        return False
+    flags = int.from_bytes(head[4:8], "little")
+    if flags == 0:
+        return (int.from_bytes(head[8:12], "little") == int(stat.st_mtime) & 0xFFFFFFFF
+                and int.from_bytes(head[12:16], "little") == stat.st_size & 0xFFFFFFFF)
+    return head[8:16] == importlib.util.source_hash(Path(path).read_bytes())
+
+
+def write_bytecode(files: Sequence[str]) -> list[str]:
+    """Make sure each file has current cached bytecode where the import system looks.
+
+    The workflow sandbox imports the workflow's module anew for every workflow it starts
+    (and for every one it takes back into its cache), through the normal loader: with a
+    current .pyc that is a read, without one a compile of the source (the runbook module:
+    ~20 ms of CPU holding the event loop, more than the rest of a run's first workflow
+    task). Images commonly set PYTHONDONTWRITEBYTECODE, which leaves no .pyc behind, so the
+    worker writes them itself; an installed package (pip compiles at install) already has
+    them, which is all a read-only image needs. Returns the files left without one (their
+    runs compile them, and it says so).
+    """
+    failed = []
+    for path in files:
+        if bytecode_current(path):
+            continue
+        try:
+            py_compile.compile(path, cfile=importlib.util.cache_from_source(path), doraise=True,
+                               invalidation_mode=py_compile.PycInvalidationMode.TIMESTAMP)
+        except (OSError, py_compile.PyCompileError) as exc:
+            failed.append(path)
+            log.warning("no bytecode cache for %s (%s): the workflow sandbox compiles it on "
+                        "every workflow run", path, exc)
+    return failed
 
 
 async def connect(settings: Settings, *, target: str | None = None) -> Client:
@@ -67,6 +132,7 @@ def activity_functions(fabric: FabricActivities, budget: BudgetActivities,
 def build_worker(client: Client, task_queue: str, activities: Sequence[Callable[..., Any]],
                  *, identity: str | None = None,
                  graceful_shutdown: timedelta = timedelta(seconds=10)) -> Worker:
+    write_bytecode(workflow_module_files())
     return Worker(
         client, task_queue=task_queue, workflows=list(WORKFLOWS), activities=list(activities),
         # activities are async; this executor is only for any sync activity added later
