@@ -5,8 +5,8 @@
 ledger and advertises its HTTP endpoint in the state folder (chdb lets one process open a
 data folder): then a ``ServerLedger`` over that endpoint (read-only unless the owner allows
 writes). All implement ``Ledger``: ``write(events)``, ``query(sql, params)``,
-``migrate()``, ``close()``. The owning process serves the endpoint with
-``ledger.http.serve_embedded(ledger, settings)``.
+``migrate()``, ``close()``. The owning process (``fabricwatch ledger serve``) serves the
+endpoint through ``ledger.http.server_for(ledger, settings)``.
 """
 
 from __future__ import annotations

@@ -52,7 +52,7 @@ from urllib.parse import parse_qsl, quote, urlsplit
 
 from pydantic import SecretStr
 
-from ledger.base import LedgerBase, LedgerError
+from ledger.base import LedgerError
 from ledger.compression import (
     METHOD_ZSTD,
     CompressionError,
@@ -63,11 +63,13 @@ from ledger.compression import (
     encode_body,
     method_byte,
 )
-from ledger.embedded import EmbeddedLedger
 from ledger.migrations import strip_comments
 from ledger.native import NativeError, engine_settings, header_block, relayout
 
 if TYPE_CHECKING:
+    # not at run time: it loads the ClickHouse engine (~0.6 s of CPU), which a process that
+    # only finds or calls an endpoint (the runbook worker, the CLI) never needs
+    from ledger.embedded import EmbeddedLedger
     from ledger.server import ServerLedger
     from runtime.settings import Settings
 
@@ -607,14 +609,3 @@ def advertised_endpoint(state_dir: Path, *, other_process: bool = False) -> str 
     except PermissionError:
         pass  # alive, owned by someone else
     return url
-
-
-def serve_embedded(ledger: LedgerBase, settings: Settings) -> LedgerHTTPServer | None:
-    """In the process that owns an embedded ledger: serve it on ``settings.ledger``'s
-    loopback port and advertise it in the state folder (the CLI finds it there). Returns
-    None for a server ledger, which needs no endpoint. Call ``stop()`` at shutdown."""
-    if not isinstance(ledger, EmbeddedLedger):
-        return None
-    server = server_for(ledger, settings)
-    server.start(settings.state_dir)
-    return server
