@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -352,6 +352,12 @@ class Counters(Envelope):
         """(port, the collector's error reading it or None), per sample."""
         return ((s.port, s.error) for s in self.ports)
 
+    def good_ports(self) -> list[int] | None:
+        """The ports, in order, when no sample carries an error; else None."""
+        if any(s.error is not None for s in self.ports):
+            return None
+        return [s.port for s in self.ports]
+
     def split(self) -> list[Counters]:
         """One message per device: itself when no sample names its own device.
 
@@ -429,6 +435,21 @@ assert list(Counters.model_fields) == ["v", "id", "ts", "fabric", "source", "kin
                                        "device", "ports"], "CounterColumns.rows needs this"
 _new_object = object.__new__
 _set_attr = object.__setattr__
+M = TypeVar("M", bound=BaseModel)
+
+
+def checked_model(cls: type[M], values: dict[str, Any], fields_set: set[str],
+                  extra: dict[str, Any]) -> M:
+    """An instance of ``cls`` from ``values`` its own rules already checked, without
+    pydantic's validation: the one place the hot paths (``schemas.fast_counters``, the
+    columnar messages' samples) build models. ``values`` in field order, as pydantic's
+    ``__dict__``; ``extra`` the unknown fields kept."""
+    obj = _new_object(cls)
+    _set_attr(obj, "__dict__", values)
+    _set_attr(obj, "__pydantic_fields_set__", fields_set)
+    _set_attr(obj, "__pydantic_extra__", extra)
+    _set_attr(obj, "__pydantic_private__", None)
+    return obj
 
 
 class CounterColumns(Envelope):
@@ -511,14 +532,9 @@ class CounterColumns(Envelope):
             fields_set = set(known)
             out = []
             for values in rows:
-                sample = _new_object(PortSample)
                 values_of = dict(_SAMPLE_NONE)
                 values_of.update(zip(known, values, strict=True))
-                _set_attr(sample, "__dict__", values_of)
-                _set_attr(sample, "__pydantic_fields_set__", set(fields_set))
-                _set_attr(sample, "__pydantic_extra__", {})
-                _set_attr(sample, "__pydantic_private__", None)
-                out.append(sample)
+                out.append(checked_model(PortSample, values_of, set(fields_set), {}))
             return out
         return [PortSample.model_construct(**{n: v for n, v in zip(names, values, strict=True)
                                               if v is not None or n in _SAMPLE_NONE})
@@ -527,16 +543,12 @@ class CounterColumns(Envelope):
     def rows(self, samples: list[PortSample] | None = None) -> Counters:
         """The equal row-form message (with ``samples`` instead: its envelope only)."""
         d = self.__dict__
-        msg = _new_object(Counters)
-        _set_attr(msg, "__dict__", {
+        return checked_model(Counters, {
             "v": d["v"], "id": d["id"], "ts": d["ts"], "fabric": d["fabric"],
             "source": d["source"], "kind": "counters", "device": d["device"],
-            "ports": self.samples() if samples is None else samples})
-        _set_attr(msg, "__pydantic_fields_set__",
-                  {"ports", "kind", *self.__pydantic_fields_set__} - {"columns"})
-        _set_attr(msg, "__pydantic_extra__", dict(self.__pydantic_extra__ or {}))
-        _set_attr(msg, "__pydantic_private__", None)
-        return msg
+            "ports": self.samples() if samples is None else samples},
+            {"ports", "kind", *self.__pydantic_fields_set__} - {"columns"},
+            dict(self.__pydantic_extra__ or {}))
 
     def port_errors(self) -> Iterable[tuple[int, str | None]]:
         """(port, the collector's error reading it or None), per port."""
@@ -544,6 +556,15 @@ class CounterColumns(Envelope):
         errors = cols.error
         return zip(cols.port, errors if errors is not None else [None] * len(cols.port),
                    strict=True)
+
+    def good_ports(self) -> list[int] | None:
+        """The ports column when no port carries an error; else None."""
+        cols: Any = self.columns
+        errors = cols.error
+        if errors is not None and errors.count(None) != len(errors):
+            return None
+        ports: list[int] = cols.port
+        return ports
 
     def split(self) -> list[CounterColumns]:
         """One message per device, as ``Counters.split``: itself when no port names its

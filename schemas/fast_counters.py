@@ -36,6 +36,7 @@ from schemas.events import (
     MAX_IB_PORT,
     Counters,
     PortSample,
+    checked_model,
 )
 
 # Field kinds the hot loop tests inline (no call per value).
@@ -156,9 +157,6 @@ SUPPORTED = (bool(FAST_FIELDS) and _ENVELOPE == _ENVELOPE_FAST
 # slower): an escape hatch, and how the benchmarks measure before and after in one run.
 ENABLED = SUPPORTED and os.environ.get("FABRICWATCH_FAST_COUNTERS", "1") != "0"
 
-_new = object.__new__
-_set = object.__setattr__
-
 
 def _device_ok(value: str) -> bool:
     """``check_device`` (and ``min_length=1``) as a yes/no."""
@@ -197,14 +195,9 @@ def decode_counters(obj: dict[str, Any]) -> Counters | None:
     samples = _samples(ports, limit)
     if samples is None:
         return None
-    msg = _new(Counters)
     values = {"v": 1, "id": obj["id"], "ts": ts, "fabric": obj["fabric"], "source": source,
               "kind": "counters", "device": device, "ports": samples}
-    _set(msg, "__dict__", values)
-    _set(msg, "__pydantic_fields_set__", set(obj))
-    _set(msg, "__pydantic_extra__", extra)
-    _set(msg, "__pydantic_private__", None)
-    return msg
+    return checked_model(Counters, values, set(obj), extra)
 
 
 class _Shape(NamedTuple):
@@ -290,15 +283,9 @@ def _samples(ports: list[Any], limit: int) -> list[PortSample] | None:
     if shape.columns is None or not _columns_ok(ports, keys, shape, limit):
         return _each(ports, limit)
     defaults = _DEFAULTS
-    out: list[PortSample] = []
-    for sample in ports:
-        s = _new(PortSample)
-        _set(s, "__dict__", {**defaults, **sample})  # field order, as pydantic's __dict__
-        _set(s, "__pydantic_fields_set__", set(keys))  # extras count as set, as in pydantic
-        _set(s, "__pydantic_extra__", {})
-        _set(s, "__pydantic_private__", None)
-        out.append(s)
-    return out
+    # field order, as pydantic's __dict__; extras count as set, as in pydantic
+    return [checked_model(PortSample, {**defaults, **sample}, set(keys), {})
+            for sample in ports]
 
 
 def _columns_ok(ports: list[Any], keys: tuple[str, ...], shape: _Shape, limit: int) -> bool:
@@ -406,12 +393,7 @@ def _each(ports: list[Any], limit: int) -> list[PortSample] | None:
         else:
             values = {**defaults, **sample}  # field order, as pydantic's __dict__
             extra = {}
-        s = _new(PortSample)
-        _set(s, "__dict__", values)
-        _set(s, "__pydantic_fields_set__", set(keys))  # extras count as set, as in pydantic
-        _set(s, "__pydantic_extra__", extra)
-        _set(s, "__pydantic_private__", None)
-        out.append(s)
+        out.append(checked_model(PortSample, values, set(keys), extra))  # extras count as set
     # The counters of the whole message at once, in C: each None or an int in 0..2**64-1
     # (bool is not int here: its class is bool). filter(None) drops None and zeros.
     if counts and not (_COUNT_TYPES.issuperset(map(type, counts))
