@@ -10,7 +10,7 @@ calls the same ``step`` functions; only the storage and the transport differ.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -238,10 +238,11 @@ class Engine:
         return box, dets, downs, redelivered, views[0]
 
     def apply_stale(self, value: dict[str, Any] | None, event: CountersMessage, lane: int = 0,
-                    parts: list[Counters] | list[CounterColumns] | None = None
+                    parts: list[Counters] | list[CounterColumns] | None = None,
+                    held: Collection[str] = ()
                     ) -> tuple[dict[str, Any], list[Detection], list[CounterDowns], bool]:
         def run(st: Any) -> tuple[Any, list[Detection], list[CounterDowns]]:
-            new, dets = self.stale.step(st, event, lane, parts)
+            new, dets = self.stale.step(st, event, lane, parts, held)
             return new, dets, []
         return once(value, event.id, run)
 

@@ -10,7 +10,10 @@ A missing port must never look like a healthy one. Pinned semantics:
   the others carried ``IDLE_ROUNDS`` reports per watched stream is idle (its devices are
   the silent ones) and does not hold the clock back, while a lane that is merely behind
   (a worker catching up on one partition's backlog) does, so no device is judged against
-  a clock its own partition has not reached. The clock never goes back. A scope that
+  a clock its own partition has not reached. A consumer that knows more than the counts
+  (``held``: a partition with records not yet read, or one that delivered within a moment
+  of wall time) keeps such lanes holding the clock whatever the others carried: a fetch
+  can bring one partition's whole backlog before another's. The clock never goes back. A scope that
   hears nothing at all moves no clock and declares nothing stale (a collector that stops
   altogether is an alert on its own metrics).
 * **Who is watched.** Each (device, source) pair is a reporting stream with its own expected
@@ -19,10 +22,14 @@ A missing port must never look like a healthy one. Pinned semantics:
   Sources that report only what is wrong (``ibqueryerrors``) are not watched.
 * **Device stale.** When the clock is more than ``intervalFactor`` intervals past the
   stream's last message (its deadline) *and* most of the scope's other streams (more than
-  half) have reported after that deadline, one ``stale`` detection fires at port 0 (the
-  whole device; the evidence lists its ports), once per episode. The quorum is what "while
-  the others continue" means: a fabric that comes back from a pause all at once moves the
-  clock with its first message, and the devices not yet back are not stale for that. The episode id is
+  half) have gone on reporting past that deadline, one ``stale`` detection fires at port 0
+  (the whole device; the evidence lists its ports), once per episode. The quorum is what
+  "while the others continue" means. Another stream counts when its last report is past
+  the deadline and, if it was itself silent longer than its own limit before, it has been
+  reporting again for longer than this stream's limit since: a fabric that comes back from
+  a pause moves the clock with its first messages, and the devices not yet back are not
+  stale for a silence the others shared, however the returns are spread; one that stays
+  silent is stale once the others have reported for its limit. The episode id is
   ``stale/{device}:0/{source}/{last message ts}``; the detection's ``ts`` is the clock when
   the silence was seen.
 * **Port stale.** A port whose samples carry ``error`` (the collector named it but could not
@@ -31,6 +38,14 @@ A missing port must never look like a healthy one. Pinned semantics:
 * **End.** The episode ends when the device (or the port) reports again: a ``stale_end``
   detection with the same episode, id ``det:{episode}/end``, action none. The silent gap
   does not teach the interval.
+* **A silence seen ahead of the clock.** A worker catching up gets each partition's backlog
+  in turns of one message per partition (Faust's round robin), not in event time: a
+  device alone on its partition delivers its report after a silence while the others'
+  lanes, and so the clock, are still before that silence. Such a gap (longer than the
+  limit, its end ahead of the clock) is kept as *pending*; when the clock passes its
+  deadline with the quorum, the episode fires and ends at once (the same ids as replay,
+  the end at the report that ended it); when the clock reaches its end first, it was not
+  a silence of this device alone and it teaches the interval as any gap does.
 
 Checks of the whole scope run when the clock has moved ``CHECK_EVERY_MS`` since the last,
 so the per-message cost stays a few dictionary updates.
@@ -39,6 +54,7 @@ so the per-message cost stays a few dictionary updates.
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Collection
 from typing import Any
 
 from schemas import CounterColumns, Counters, CountersMessage, Detection, DetectionKind, Severity
@@ -55,8 +71,18 @@ DEVICE_PORT = 0  # a device-wide detection's port
 # State (plain JSON, for a changelogged table):
 #   {"clock": ms, "checked": ms, "fabric": str, "n": messages seen,
 #    "w": {"lane": [highest ts, n at its last message]},
-#    "s": {"source\x1fdevice": [last_ts, interval_ms|None, open_episode|None, ports]}}
+#    "s": {"source\x1fdevice": [last_ts, interval_ms|None, open_episode|None, ports,
+#                                all_good|None]},
+#    "g": {"source\x1fdevice": [[gap start ts, gap end ts, expected_ms], ...]}}
 #   ports: {"n": [last_good_ts, open_episode|None]}
+#   all_good: [ts, [port, ...]]: those ports were all good at ts, not yet written into
+#   ports (a message with the same ports all good again moves only ts; absent in states
+#   written before it existed)
+#   "g": the pending gaps (silences seen ahead of the clock), absent when none
+#   "r": {"source\x1fdevice": ts}: the report that ended the stream's last silence longer
+#   than its limit, while that run of reports is shorter than the longest limit of the
+#   scope (the quorum counts such a stream only once its run is longer than the judged
+#   stream's limit); absent when none
 StaleState = dict[str, Any]
 _SEP = "\x1f"
 
@@ -81,9 +107,12 @@ class StaleDetector:
         self.action = st.action
 
     def step(self, state: StaleState | None, event: CountersMessage, lane: int = 0,
-             parts: list[Counters] | list[CounterColumns] | None = None
-             ) -> tuple[StaleState, list[Detection]]:
+             parts: list[Counters] | list[CounterColumns] | None = None,
+             held: Collection[str] = ()) -> tuple[StaleState, list[Detection]]:
         """Apply one counters message of ``lane``; the (mutated) state and any detections.
+
+        ``held``: lanes the consumer knows are not idle, whatever they carried (records
+        not yet read, or delivered a moment ago in wall time): they hold the clock back.
 
         A host agent's message is one stream per HCA (``Counters.split``; ``parts`` when
         the caller has split it already).
@@ -92,9 +121,10 @@ class StaleDetector:
         state["fabric"] = event.fabric
         out: list[Detection] = []
         streams = parts if parts is not None else event.split()
+        gaps: list[tuple[str, int, int, float, float | None]] = []
         if event.source not in UNWATCHED_SOURCES:
             for part in streams:
-                out += self._observe(state, part)
+                out += self._observe(state, part, gaps)
         n = state["n"] = state.get("n", 0) + len(streams)  # in stream reports
         lanes: dict[str, list[int]] = state.setdefault("w", {})
         mark = lanes.get(str(lane))
@@ -104,10 +134,14 @@ class StaleDetector:
             mark[0] = max(mark[0], event.ts)
             mark[1] = n
         idle_after = IDLE_ROUNDS * max(1, len(state["s"]))
-        low = min(m[0] for m in lanes.values() if n - m[1] <= idle_after)
+        low = min(m[0] for name, m in lanes.items() if n - m[1] <= idle_after or name in held)
         clock = state["clock"]
         if clock is None or low > clock:
             state["clock"] = clock = low
+        for key, start, end, expected, interval in gaps:
+            if end > clock:  # its silence is judged when the clock gets there
+                state["s"][key][1] = interval  # ...and teaches only if it was none
+                state.setdefault("g", {}).setdefault(key, []).append([start, end, expected])
         checked = state["checked"]
         if checked is None or clock - checked >= CHECK_EVERY_MS:
             state["checked"] = clock
@@ -119,7 +153,10 @@ class StaleDetector:
             return self.default_ms
         return max(interval, self.min_ms)
 
-    def _observe(self, state: StaleState, event: CountersMessage) -> list[Detection]:
+    def _observe(self, state: StaleState, event: CountersMessage,
+                 gaps: list[tuple[str, int, int, float, float | None]]) -> list[Detection]:
+        """One stream's report; a gap longer than its limit is added to ``gaps`` (key,
+        start, end, expected ms, the interval before it) for ``step`` to judge."""
         key = stream_key(event.source, event.device)
         streams: dict[str, list[Any]] = state["s"]
         rec = streams.get(key)
@@ -127,7 +164,7 @@ class StaleDetector:
         if rec is None:
             rec = streams[key] = [event.ts, None, None, {}]
         else:
-            last, interval, open_ep, _ = rec
+            last, interval, open_ep = rec[:3]
             if event.ts <= last:
                 return []  # a late or repeated message: neither news nor a gap
             gap = event.ts - last
@@ -136,11 +173,25 @@ class StaleDetector:
                                      event.ts, {"scope": "device", "silent_s": gap / 1000,
                                                 "source": event.source}))
                 rec[2] = None
-            elif gap > 0:
-                rec[1] = gap if interval is None else (
-                    interval * (1 - EWMA_WEIGHT) + gap * EWMA_WEIGHT)
+                state.setdefault("r", {})[key] = event.ts
+            else:
+                expected_before = self.expected_ms(interval)
+                if expected_before is not None and gap > self.factor * expected_before:
+                    gaps.append((key, last, event.ts, expected_before, interval))
+                    state.setdefault("r", {})[key] = event.ts
+                rec[1] = self._taught(interval, gap)
             rec[0] = event.ts
         ports: dict[str, list[Any]] = rec[3]
+        good = event.good_ports()
+        lazy = rec[4] if len(rec) > 4 else None
+        if lazy is not None:
+            # The common message: the same ports as the last, all good again. Their
+            # last-good times move together, without a write per port.
+            if good is not None and good == lazy[1]:
+                lazy[0] = event.ts
+                return out
+            for port in lazy[1]:
+                ports[str(port)][0] = lazy[0]
         expected = self.expected_ms(rec[1])
         for port, error in event.port_errors():
             pkey = str(port)
@@ -171,7 +222,13 @@ class StaleDetector:
                      "expected_interval_s": round(expected / 1000, 3),
                      "silent_s": (event.ts - prec[0]) / 1000, "error": error,
                      "interval_factor": self.factor}))
+        # every port written above was good (an open episode of theirs ended): from here on
+        # the same ports all good again only move the time
+        rec[4:] = [None if good is None else [event.ts, list(good)]]
         return out
+
+    def _taught(self, interval: float | None, gap: float) -> float:
+        return gap if interval is None else interval * (1 - EWMA_WEIGHT) + gap * EWMA_WEIGHT
 
     def check(self, state: StaleState) -> list[Detection]:
         """Every watched device whose silence passed its limit on the scope's clock."""
@@ -179,19 +236,24 @@ class StaleDetector:
         out: list[Detection] = []
         if clock is None:
             return out
-        lasts: list[int] | None = None
+        quorum: _Quorum | None = None
         others = len(state["s"]) - 1
+        if state.get("r"):
+            self._forget_long_runs(state, clock)
+        if state.get("g"):
+            quorum = _Quorum(state, clock)
+            out += self._judge_pending(state, clock, quorum, others)
         for key in sorted(state["s"]):
             rec = state["s"][key]
-            last, interval, open_ep, ports = rec
+            last, interval, open_ep, ports = rec[:4]
             expected = self.expected_ms(interval)
             if open_ep is not None or expected is None or clock - last <= self.factor * expected:
                 continue
-            if lasts is None:
-                lasts = sorted(r[0] for r in state["s"].values())
-            deadline = last + self.factor * expected
-            if 2 * (len(lasts) - bisect_right(lasts, deadline)) <= others:
-                continue  # most of the fabric has not gone past it yet
+            if quorum is None:
+                quorum = _Quorum(state, clock)
+            limit = self.factor * expected
+            if 2 * quorum.past(last + limit, limit) <= others:
+                continue  # most of the fabric has not gone on past it yet
             source, _, device = key.partition(_SEP)
             ep = episode_id(DetectionKind.STALE, device, DEVICE_PORT, last, source)
             rec[2] = ep
@@ -201,6 +263,57 @@ class StaleDetector:
                  "expected_interval_s": round(expected / 1000, 3),
                  "silent_s": (clock - last) / 1000, "interval_factor": self.factor,
                  "ports": sorted(int(p) for p in ports)}))
+        return out
+
+    def _forget_long_runs(self, state: StaleState, clock: int) -> None:
+        """Drop the run starts of streams that have reported again for longer than any
+        stream's limit by the clock: they count for every quorum, as a stream never silent
+        does."""
+        limits = [self.expected_ms(rec[1]) for rec in state["s"].values()]
+        longest = self.factor * max((x for x in limits if x is not None), default=0.0)
+        runs: dict[str, int] = state["r"]
+        for key in [k for k, start in runs.items()
+                    if min(state["s"][k][0], clock) - start > longest]:
+            del runs[key]
+        if not runs:
+            del state["r"]
+
+    def _judge_pending(self, state: StaleState, clock: int, quorum: _Quorum,
+                       others: int) -> list[Detection]:
+        """The pending gaps the clock has reached: fired and ended, or taught."""
+        out: list[Detection] = []
+        pending: dict[str, list[list[Any]]] = state["g"]
+        for key in sorted(pending):
+            rec = state["s"][key]
+            keep = []
+            for start, end, expected in pending[key]:
+                limit = self.factor * expected
+                deadline = start + limit
+                if clock >= end:  # back before the fabric was past it: not this one's silence
+                    rec[1] = self._taught(rec[1], end - start)
+                    continue
+                # the stream's own reports since are past the deadline: not one of the others
+                after = quorum.past(deadline, limit) - quorum.counts(key, deadline, limit)
+                if clock - start <= limit or 2 * after <= others:
+                    keep.append([start, end, expected])
+                    continue
+                source, _, device = key.partition(_SEP)
+                ep = episode_id(DetectionKind.STALE, device, DEVICE_PORT, start, source)
+                out.append(self._detection(
+                    state["fabric"], device, DEVICE_PORT, clock, ep,
+                    {"scope": "device", "source": source, "last_report_ts": start,
+                     "expected_interval_s": round(expected / 1000, 3),
+                     "silent_s": (clock - start) / 1000, "interval_factor": self.factor,
+                     "ports": sorted(int(p) for p in rec[3])}))
+                out.append(self._end(state["fabric"], device, DEVICE_PORT, ep, end,
+                                     {"scope": "device", "silent_s": (end - start) / 1000,
+                                      "source": source}))
+            if keep:
+                pending[key] = keep
+            else:
+                del pending[key]
+        if not pending:
+            del state["g"]
         return out
 
     def _detection(self, fabric: str, device: str, port: int, ts: int, episode: str,
@@ -216,10 +329,45 @@ class StaleDetector:
         return det.model_copy(update={"id": f"det:{episode}/end"})
 
 
+class _Quorum:
+    """How many of a scope's streams went on reporting past a deadline, for one check.
+
+    A stream whose last silence longer than its limit ended recently (``state["r"]``)
+    counts only when its run of reports since is longer than the judged stream's limit, on
+    the clock: in a catch-up its lane can be far ahead of the judged stream's, whose own
+    report may be next in line."""
+
+    def __init__(self, state: StaleState, clock: int) -> None:
+        self.state = state
+        self.clock = clock
+        runs: dict[str, int] = state.get("r", {})
+        streams = state["s"]
+        self.plain = sorted(rec[0] for key, rec in streams.items() if key not in runs)
+        self.runs = [(min(streams[key][0], clock) - start, streams[key][0])
+                     for key, start in runs.items()]
+        self.by_limit: dict[float, list[int]] = {}
+
+    def past(self, deadline: float, limit: float) -> int:
+        n = len(self.plain) - bisect_right(self.plain, deadline)
+        if self.runs:
+            lasts = self.by_limit.get(limit)
+            if lasts is None:  # few distinct limits in a scope: sorted once per check each
+                lasts = self.by_limit[limit] = sorted(t for run, t in self.runs if run > limit)
+            n += len(lasts) - bisect_right(lasts, deadline)
+        return n
+
+    def counts(self, key: str, deadline: float, limit: float) -> int:
+        """1 when the stream ``key`` itself is among those ``past`` counts."""
+        last = self.state["s"][key][0]
+        start = self.state.get("r", {}).get(key)
+        return int(last > deadline and (start is None or min(last, self.clock) - start > limit))
+
+
 def open_episodes(state: StaleState) -> list[tuple[str, int, str]]:
     """(device, port, episode) of every open stale episode (port 0: the whole device)."""
     out: list[tuple[str, int, str]] = []
-    for key, (_, _, open_ep, ports) in sorted(state["s"].items()):
+    for key, rec in sorted(state["s"].items()):
+        open_ep, ports = rec[2], rec[3]
         device = key.partition(_SEP)[2]
         if open_ep is not None:
             out.append((device, DEVICE_PORT, open_ep))

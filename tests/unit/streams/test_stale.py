@@ -6,10 +6,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schemas import Counters, DetectionKind, PortSample, decode, encode
+from schemas import CounterColumns, Counters, DetectionKind, PortSample, decode, encode
 from schemas.policy import Policy
 from streams.replay import replay
 from streams.stale.logic import StaleDetector, open_episodes
@@ -196,6 +197,38 @@ def test_an_idle_partition_does_not_hold_the_clock_back() -> None:
     assert fired[0].ts - fired[0].evidence["last_report_ts"] <= 3 * S + 2 * S + 4 * S
 
 
+def test_a_held_partition_holds_the_clock_back_whatever_the_others_carried() -> None:
+    # both lanes deliver 10 s together, then a fetch brings lane 1's next 20 s before any
+    # of lane 0's: a consumer that knows lane 0 is not idle (records not yet read) holds it
+    lane = {d: int(i >= 2) for i, d in enumerate(DEVICES)}  # lane 1 is most of the fabric
+    events = history("nobody", stop_s=0, resume_s=0, end_s=30)
+    together = [e for e in events if e.ts < BASE + 10 * S]
+    one = [e for e in events if e.ts >= BASE + 10 * S and lane[e.device] == 1]
+    zero = [e for e in events if e.ts >= BASE + 10 * S and lane[e.device] == 0]
+
+    def fired(held: frozenset[str]) -> list[tuple[str, str]]:
+        det, state, out = StaleDetector(Policy()), None, []
+        for e in together:
+            state, dets = det.step(state, e, lane[e.device])
+            out += dets
+        for e in one:
+            state, dets = det.step(state, e, 1, held=held | {"1"})
+            out += dets
+        for e in zero:
+            state, dets = det.step(state, e, 0, held=held | {"0"})
+            out += dets
+        return [(d.detection.value, d.device) for d in out]
+
+    assert fired(frozenset({"0"})) == []
+    # without what the consumer knows, lane 0 is idle after two rounds of lane 1: its
+    # devices go stale, and end with their next reports
+    unheld = fired(frozenset())
+    assert {d for k, d in unheld if k == "stale"} == {d for d in DEVICES if lane[d] == 0}
+    assert sorted(unheld) == sorted(
+        [("stale", d) for d in DEVICES if lane[d] == 0]
+        + [("stale_end", d) for d in DEVICES if lane[d] == 0])
+
+
 def test_a_rebooting_switch_in_the_simulator_is_stale_then_back() -> None:
     from sim.faults import parse_spec
     from sim.telemetry import Simulator
@@ -210,3 +243,169 @@ def test_a_rebooting_switch_in_the_simulator_is_stale_then_back() -> None:
     assert [(d.detection.value, d.device, d.port) for d in dets] == [
         ("stale", "spine-su01-s1", 0), ("stale_end", "spine-su01-s1", 0)]
     assert dets[0].evidence["expected_interval_s"] == 10.0
+
+
+def round_robin(events: list[Counters], lane: dict[str, int], batch_s: int
+                ) -> list[tuple[Counters, int]]:
+    """How a worker gets ``events``: fetches of ``batch_s`` seconds of the fabric, each
+    handed out one message per partition in turn (Faust's round robin), not in event time."""
+    out: list[tuple[Counters, int]] = []
+    start = events[0].ts
+    for b in range(0, (events[-1].ts - start) // S + 1, batch_s):
+        per: dict[int, list[Counters]] = {}
+        for e in events:
+            if b * S <= e.ts - start < (b + batch_s) * S:
+                per.setdefault(lane[e.device], []).append(e)
+        queues = list(per.values())
+        for turn in range(max(map(len, queues), default=0)):
+            out += [(q[turn], lane[q[turn].device]) for q in queues if turn < len(q)]
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_a_worker_fed_round_robin_fires_the_episodes_replay_fires(data: st.DataObject) -> None:
+    # A catch-up hands a device alone on its partition its report after the silence while
+    # the other lanes are still before it: the gap is judged when the clock gets there.
+    hosts = data.draw(st.integers(4, 8))
+    devices = [f"h{i}/mlx5_0" for i in range(hosts)]
+    lane = {d: data.draw(st.integers(0, 3)) for d in devices}
+    silent = data.draw(st.sampled_from(devices))
+    stop = data.draw(st.integers(5, 15))
+    # a silence of 2 s, or of 6 s and more: clear of the 3 s limit by more than the check's
+    # step (CHECK_EVERY_MS of the clock) and the hosts' skew, which decide the margin
+    resume = stop + data.draw(st.sampled_from([1, *range(5, 21)]))
+    events = [msg(d, t * S + i * 7) for t in range(40) for i, d in enumerate(devices)
+              if not (d == silent and stop <= t < resume)]
+    want = {d.id for d in run(events)}
+    det = StaleDetector(Policy())
+    state = None
+    got = set()
+    for e, which in round_robin(events, lane, data.draw(st.sampled_from([1, 3, 10, 40]))):
+        state, out = det.step(state, e, which)
+        got |= {d.id for d in out}
+    assert got == want
+    if resume - stop > 3:  # longer than three 1 s intervals: an episode in both
+        assert {i.rsplit("/", 1)[-1] for i in want} >= {"end"}
+
+
+def test_a_gap_the_fabric_shared_is_no_episode_and_teaches_the_interval() -> None:
+    # every device silent together, delivered lane by lane: the lone device's gap is
+    # pending until the clock reaches its end, then taught like any gap, never fired
+    lane = {d: (2 if d == DEVICES[4] else 0) for d in DEVICES}
+    events = [msg(d, t * S + DEVICES.index(d) * 7) for t in range(30) for d in DEVICES
+              if not 10 <= t < 20]
+    det = StaleDetector(Policy())
+    state = None
+    fired = []
+    for e, which in round_robin(events, lane, 30):
+        state, out = det.step(state, e, which)
+        fired += out
+    assert fired == [] and "g" not in state
+    assert run(events) == []
+
+
+@st.composite
+def reports(draw: st.DrawFn) -> list[tuple[Counters, int]]:
+    """Hosts at 1 s with rounds missed, port sets changing and ports failing to read."""
+    hosts = draw(st.integers(2, 5))
+    out = []
+    for t in range(draw(st.integers(5, 50))):
+        for h in range(hosts):
+            if draw(st.integers(0, 9)) == 0:
+                continue
+            ports = draw(st.sampled_from([(1, 2, 3), (1, 2, 3), (1, 2, 3), (1, 2), (2, 3, 4)]))
+            failed = {p: "read failed" for p in ports if draw(st.integers(0, 6)) == 0}
+            out.append((msg(f"h{h}/mlx5_0", t * S + h * 7, ports=ports, errors=failed), h % 2))
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(reports(), st.booleans())
+def test_ports_all_good_again_take_the_short_way_with_the_same_results(
+        events: list[tuple[Counters, int]], columnar: bool) -> None:
+    # The same reports with every other message of a host in reverse port order never
+    # match that host's last port list, so every message walks its ports one by one.
+    short, walked = StaleDetector(Policy()), StaleDetector(Policy())
+    s_state = w_state = None
+    seen: dict[str, int] = {}
+    for e, lane in events:
+        seen[e.device] = seen.get(e.device, 0) + 1
+        other = e.model_copy(update={"ports": e.ports[::-1]}) if seen[e.device] % 2 else e
+        a, b = (CounterColumns.of(e), CounterColumns.of(other)) if columnar else (e, other)
+        s_state, s_out = short.step(s_state, a, lane)
+        w_state, w_out = walked.step(w_state, b, lane)
+        assert sorted(d.id for d in s_out) == sorted(d.id for d in w_out)
+        assert ({d.id: d.to_wire() for d in s_out} == {d.id: d.to_wire() for d in w_out})
+    if events:
+        assert open_episodes(s_state) == open_episodes(w_state)  # type: ignore[arg-type]
+
+
+def paused(resume_step_ms: int, never: set[str] = frozenset(), late_s: int = 0
+           ) -> list[Counters]:
+    """Every device at 1 s, all silent from 10 s to 20 s; they come back one after another,
+    ``resume_step_ms`` apart (``late_s`` more for the last), and ``never`` do not."""
+    events = []
+    for t in range(40):
+        for i, d in enumerate(DEVICES):
+            back = 20 * S + i * resume_step_ms + (late_s * S if i == len(DEVICES) - 1 else 0)
+            ts = t * S + i * 7 if t < 10 else back + (t - 20) * S
+            if (t < 10 or t >= 20) and not (t >= 20 and d in never):
+                events.append(msg(d, ts))
+    return sorted(events, key=lambda e: e.ts)
+
+
+@pytest.mark.parametrize("batch_s", [0, 1, 40])
+def test_a_fabric_that_comes_back_from_a_pause_one_by_one_fires_nothing(batch_s: int) -> None:
+    # Back 400 ms apart: the last ones are silent after most others report again, but the
+    # others had been silent too; they count once they have reported for longer than the
+    # last ones' limit since their own silence (replay, and a worker fed round robin).
+    events = paused(400)
+    assert [d for d in run(events) if d.detection == DetectionKind.STALE] == []
+    if batch_s:
+        lane = {d: i % 3 for i, d in enumerate(DEVICES)}
+        det = StaleDetector(Policy())
+        state = None
+        fired = []
+        for e, which in round_robin(events, lane, batch_s):
+            state, out = det.step(state, e, which)
+            fired += out
+        assert fired == []
+
+
+def test_after_a_pause_a_device_that_stays_silent_is_stale() -> None:
+    # ...and one that does not come back is stale once the others have reported for more
+    # than its limit since the pause, with its episode from its last report before it
+    dets = [d for d in run(paused(100, never={DEVICES[3]}))
+            if d.detection == DetectionKind.STALE]
+    assert [(d.device, d.evidence["last_report_ts"]) for d in dets] == [
+        (DEVICES[3], BASE + 9 * S + 21)]
+    assert 3 * S < dets[0].ts - (BASE + 20 * S) <= 3 * S + 2 * S
+
+
+def test_after_a_pause_a_device_back_later_than_its_limit_is_stale_and_ends() -> None:
+    dets = [(d.detection.value, d.device) for d in run(paused(100, late_s=5))
+            if d.detection in (DetectionKind.STALE, DetectionKind.STALE_END)]
+    assert dets == [("stale", DEVICES[4]), ("stale_end", DEVICES[4])]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.data())
+def test_a_pause_the_fabric_shared_fires_nothing_in_replay_or_a_worker(data: st.DataObject
+                                                                       ) -> None:
+    # every host silent together for 5-20 s, back in any order within 2 s of each other
+    hosts = data.draw(st.integers(3, 8))
+    devices = [f"h{i}/mlx5_0" for i in range(hosts)]
+    lane = {d: data.draw(st.integers(0, 3)) for d in devices}
+    stop = data.draw(st.integers(5, 15))
+    resume = stop + data.draw(st.integers(5, 20))
+    back = {d: data.draw(st.integers(0, 2000)) for d in devices}
+    events = sorted((msg(d, t * S + (back[d] if t >= resume else i * 7))
+                     for t in range(40) for i, d in enumerate(devices)
+                     if not stop <= t < resume), key=lambda e: e.ts)
+    assert [d for d in run(events) if d.detection == DetectionKind.STALE] == []
+    det = StaleDetector(Policy())
+    state = None
+    for e, which in round_robin(events, lane, data.draw(st.sampled_from([1, 3, 10, 40]))):
+        state, out = det.step(state, e, which)
+        assert out == [], (e.device, e.ts)
