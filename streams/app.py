@@ -35,6 +35,10 @@ counters backlog then cannot hold a trap back: the two run on their own event lo
 consumer groups (``{app_id}-traps``, ``{app_id}-rest``: Faust ids, so tables and
 changelogs), and meet on the internal topics, which keep the ``{app_id}.`` prefix.
 
+With ``settings.streams.counters_batched`` the counters and stale agents (and their tables)
+are not declared: ``streams.counters.batched`` consumes ``fabric.counters`` itself, in
+batches, with its own group and changelogs, beside this app's other agents.
+
 Delivery is at least once. Every state remembers which messages it has applied (event ids
 for flap, the last message ids per key elsewhere) and a redelivered message yields exactly
 the detections it yielded the first time, so a crash between deciding and publishing loses
@@ -71,6 +75,7 @@ from schemas.policy import Policy
 from streams.engine import Context, Engine
 from streams.probes.pins import Pins
 from streams.sink import LedgerSink, LedgerWriter
+from streams.transport import install_worker_transport, retry_kafka
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +84,6 @@ APP_ID = "fabricwatch-streams"  # also the consumer group and the internal topic
 # carries the snapshots of the fabrics hashed to it, the newest of each is what counts.
 ROUTE_SEED_MESSAGES = 16
 PINS_REFRESH_S = 60.0  # a pin a person just made is judged by within a minute
-ENSURE_TOPICS_S = 120.0  # how long a starting worker retries creating its topics
 # The agent modules of each group (streams/<name>/agent.py; topology: the diff agent).
 TRAP_AGENTS = frozenset({"flap", "incidents", "breaker"})
 REST_AGENTS = frozenset({"counters", "stale", "probes", "degraded_link", "sm", "topology"})
@@ -112,6 +116,8 @@ class StreamsApp:
         if agents not in AGENT_GROUPS:
             raise ValueError(f"agents {agents!r}: one of {sorted(AGENT_GROUPS)}")
         self.agents = AGENT_GROUPS[agents]
+        # counters (and the stale detector they feed) off Faust's stream, in batches
+        self.batched = settings.streams.counters_batched and "counters" in self.agents
         # a group apart is its own Faust app (consumer group, tables); "all" keeps app_id
         faust_id = app_id if agents == "all" else f"{app_id}-{agents}"
         self.settings = settings
@@ -183,6 +189,7 @@ class StreamsApp:
             broker_heartbeat_interval=settings.streams.heartbeat_interval_s,
             consumer_group_instance_id=instance_id(settings, faust_id, worker_index),
         )
+        install_worker_transport(self.app)
         self.n_port = n_port = partitions_of(settings, registry.PORT_EVENTS)
 
         def topic(name: str, partitions: int | None = None, internal: bool = False) -> Any:
@@ -214,8 +221,9 @@ class StreamsApp:
                                   value_type=bytes)
 
         self.flap_table = table("flap", n_port, "flap")
-        self.counters_table = table("counters", partitions_of(settings, registry.COUNTERS),
-                                    "counters")
+        self.counters_table = (None if self.batched else
+                               table("counters", partitions_of(settings, registry.COUNTERS),
+                                     "counters"))
         self.probes_table = table("probes", partitions_of(settings, registry.PROBES), "probes")
         self.topology_table = table("topology", partitions_of(settings, registry.TOPOLOGY),
                                     "degraded_link")
@@ -225,7 +233,15 @@ class StreamsApp:
         self.sink: LedgerSink | None = LedgerSink(self._open_ledger) if ledger else None
         # Called by the counters agent with each decoded counters message and its
         # partition (the stale detector), so that a message is decoded once.
-        self.counters_observers: list[Callable[[CountersMessage, int], Awaitable[None]]] = []
+        self.counters_observers: list[Callable[[CountersMessage, int,
+                                                list[Awaitable[Any]] | None],
+                                               Awaitable[None]]] = []
+        self.batched_counters: Any = None
+        if self.batched:
+            from streams.counters.batched import BatchedCounters
+
+            self.batched_counters = BatchedCounters(
+                self, faust_id, instance_id(settings, faust_id, worker_index))
         self.stats: dict[str, float] = {"events": 0, "samples": 0, "detections": 0,
                                         "dead_letters": 0, "persisted": 0, "persist_ms": 0.0,
                                         "counters_ms": 0.0, "incidents": 0}
@@ -250,20 +266,15 @@ class StreamsApp:
             name = table.changelog_topic.get_topic_name()
             wanted[name] = table.partitions or self.n_port
             compacted.add(name)
+        if self.batched_counters is not None:  # its own changelogs, as Faust's tables have
+            for name in self.batched_counters.changelogs:
+                wanted[name] = partitions_of(self.settings, registry.COUNTERS)
+                compacted.add(name)
         # A worker (re)started while one broker of a cluster is down: the admin client may
-        # pick that broker for its requests and fail; another try reaches a live one.
-        from aiokafka.errors import KafkaError  # type: ignore[import-untyped]
-
-        deadline = time.monotonic() + ENSURE_TOPICS_S
-        while True:
-            try:
-                await self._create_topics(wanted, contract, compacted)
-                return
-            except KafkaError as exc:
-                if time.monotonic() > deadline:
-                    raise
-                log.warning("creating the topics failed (%r); trying again", exc)
-                await asyncio.sleep(2.0)
+        # pick that broker for its requests and fail; another try (a new client) reaches a
+        # live one. Any Kafka error is tried again, as it always was here.
+        await retry_kafka("creating the topics",
+                          lambda: self._create_topics(wanted, contract, compacted))
 
     async def _create_topics(self, wanted: dict[str, int], contract: set[str],
                              compacted: set[str]) -> None:
@@ -406,9 +417,12 @@ class StreamsApp:
         modules = {"flap": flap_agent, "counters": counters_agent, "probes": probes_agent,
                    "degraded_link": topology_agent, "breaker": breaker_agent,
                    "stale": stale_agent, "incidents": incidents_agent, "sm": sm_agent}
+        batched = {"counters", "stale"} if self.batched else set()
         for name, module in modules.items():
-            if name in self.agents:
+            if name in self.agents and name not in batched:
                 module.register(self)
+        if self.batched_counters is not None:
+            self._register_batched(self.batched_counters)
         # the topology area's diff agent (miswire, missing, ...)
         if self.plan is not None and "topology" in self.agents:
             from streams.topology import agent as topology_diff_agent
@@ -435,6 +449,28 @@ class StreamsApp:
             log.info("streams: %s", self.stats)
 
 
+    def _register_batched(self, consumer: Any) -> None:
+        running: list[asyncio.Task[None]] = []
+
+        @self.app.task  # type: ignore[untyped-decorator]
+        async def batched_counters() -> None:
+            running.append(asyncio.current_task())  # type: ignore[arg-type]
+            try:
+                await consumer.run()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the worker cannot go on without its counters
+                log.exception("counters: the batched consumer failed; the worker stops")
+                await self.app.crash(exc)
+
+        async def stop_batched(sender: Any, /, *args: Any, signal: Any, **kwargs: Any
+                               ) -> None:
+            await consumer.stop()
+            for task in running:  # its last batch committed, its clients closed
+                await asyncio.wait([task], timeout=10)
+
+        self.app.on_before_shutdown.connect(stop_batched)
+
     # -- what agents share -----------------------------------------------------------------
 
     async def decode(self, event: Any, topic: registry.Topic) -> Event | None:
@@ -443,40 +479,57 @@ class StreamsApp:
         metrics.consumed(topic.name, event.message, self.app.consumer)
         stamp = getattr(event.message, "timestamp", None)  # the broker's, in seconds
         received = round(stamp * 1000) if stamp else None
+        return await self.accept(topic, raw, received, event.message)
+
+    async def accept(self, topic: registry.Topic, raw: bytes, received: int | None,
+                     message: Any, pending: list[Awaitable[Any]] | None = None
+                     ) -> Event | None:
+        """The contract event in ``raw`` (received at ``received`` ms, the broker's
+        stamp), or None after dead-lettering it. ``message``: its topic, partition and
+        offset."""
         try:
             obj = accept(topic, raw, received_ms=received, bounds=self.bounds)
         except ContractError as exc:
-            await self.dead_letter(raw, exc, event.message)
+            await self.dead_letter(raw, exc, message, pending)
             return None
         # no later than its arrival (+ slack): one message stamped ahead cannot move "newest"
         return at_arrival(obj, received, self.bounds)
 
-    async def dead_letter(self, raw: bytes, error: ContractError, message: Any) -> None:
+    async def dead_letter(self, raw: bytes, error: ContractError, message: Any,
+                          pending: list[Awaitable[Any]] | None = None) -> None:
         record = dead_letter(raw, error, source_topic=message.topic,
                              partition=message.partition, offset=message.offset)
         self.stats["dead_letters"] += 1
         metrics.dead_lettered(message.topic)
         log.warning("dead letter %s[%s]@%s: %s", message.topic, message.partition,
                     message.offset, error)
-        await self.dlq.send(key=message.topic.encode(), value=encode(record))
+        fut = await self.dlq.send(key=message.topic.encode(), value=encode(record))
+        if pending is not None:
+            pending.append(fut)
         self._to_ledger([record])
 
-    async def failed(self, raw: bytes, exc: Exception, message: Any) -> None:
+    async def failed(self, raw: bytes, exc: Exception, message: Any,
+                     pending: list[Awaitable[Any]] | None = None) -> None:
         """A message our code could not process: dead-letter it and carry on."""
         log.exception("processing %s[%s]@%s failed", message.topic, message.partition,
                       message.offset)
         await self.dead_letter(raw, ContractError(f"processing failed: {exc!r}"[:500]),
-                               message)
+                               message, pending)
 
-    async def publish(self, detections: Sequence[Detection]) -> None:
-        """Detections to the correlator, which annotates them and calls ``emit``."""
+    async def publish(self, detections: Sequence[Detection],
+                      pending: list[Awaitable[Any]] | None = None) -> None:
+        """Detections to the correlator, which annotates them and calls ``emit``;
+        ``pending`` collects the sends' delivery futures."""
         for det in detections:
-            await self.forward(det.fabric, encode(det))
+            await self.forward(det.fabric, encode(det), pending)
 
-    async def forward(self, fabric: str, data: bytes) -> None:
+    async def forward(self, fabric: str, data: bytes,
+                      pending: list[Awaitable[Any]] | None = None) -> None:
         """A contract message (port event, action record, detection) to the correlator."""
         self.fabrics_seen.add(fabric)
-        await self.correlate.send(key=fabric.encode(), value=data)
+        fut = await self.correlate.send(key=fabric.encode(), value=data)
+        if pending is not None:
+            pending.append(fut)
 
     async def emit(self, detections: Sequence[Detection]) -> None:
         """Detections to fabric.detections (key device:port), the breaker (those that
