@@ -181,6 +181,11 @@ def consumed(topic: str, message: _Message | None = None, consumer: _Consumer | 
             max(0, highwater - message.offset - 1))
 
 
+def lag(topic: str, partition: int, behind: int) -> None:
+    """Messages behind the high watermark of a partition a consumer of ours just read."""
+    CONSUMER_LAG.labels(topic, str(partition)).set(max(0, behind))
+
+
 def dead_lettered(source_topic: str) -> None:
     DEAD_LETTERS.labels(source_topic).inc()
 

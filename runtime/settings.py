@@ -122,6 +122,10 @@ class StreamsSettings(_Frozen):
     # app id, the host name (a StatefulSet pod's stable name) and the worker index; "" turns
     # static membership off.
     instance_id: str | None = None
+    # The counters topic taken in batches by the worker's own consumer (its own group,
+    # ``{app id}-counters``, and changelogs; states written once per batch, offsets committed
+    # after them: streams/counters/batched.py) instead of Faust's one-event-at-a-time agent.
+    counters_batched: bool = False
 
 
 class NotifySettings(_Frozen):

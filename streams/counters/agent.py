@@ -6,6 +6,9 @@ by port, to the internal counter-downs topic for the flap agent. A host agent's 
 per host, its samples naming their HCAs) is split into one part per HCA first
 (``Counters.split``), each with its own state. Two sources of one device (perfquery and
 mlxlink, say) keep apart states (``counters_key``): each source's deltas are its own.
+
+``CountersPath`` is that work over any table-like store; this module's agent feeds it from
+Faust's stream, ``streams.counters.batched`` from its own batched consumer.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -39,48 +43,76 @@ PERSIST_EVERY_MS = 120_000
 YIELD_EVERY_S = 0.002
 
 
-def register(sa: StreamsApp) -> None:
-    table = sa.counters_table
-    # This worker's current states, ahead of the table by at most PERSIST_EVERY_MS of
-    # sample times. Cleared on every rebalance: the table (changelog) is the truth then.
-    cache: dict[bytes, dict[str, Any]] = {}
-    # The column views of those states (streams.counters.columns), for columnar messages.
-    views: dict[bytes, View | None] = {}
+class CountersPath:
+    """The counters detector over one worker's states in ``table`` (get / set by key)."""
 
-    def on_revoked(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
-        cache.clear()
-        views.clear()
+    def __init__(self, sa: StreamsApp, table: Any) -> None:
+        self.sa = sa
+        self.table = table
+        # This worker's current states, ahead of the table by at most PERSIST_EVERY_MS of
+        # sample times. Cleared on every rebalance: the table (changelog) is the truth then.
+        self.cache: dict[bytes, dict[str, Any]] = {}
+        # The column views of those states (streams.counters.columns), for columnar messages.
+        self.views: dict[bytes, View | None] = {}
 
-    sa.app.on_partitions_revoked.connect(on_revoked)
+    def reset(self) -> None:
+        self.cache.clear()
+        self.views.clear()
 
-    async def process(msg: CountersMessage) -> None:
+    async def process(self, msg: CountersMessage, partition: int,
+                      pending: list[Awaitable[Any]] | None = None) -> None:
+        """One decoded counters message of ``partition``: each part's state and outputs,
+        then the observers (the stale detector). ``pending`` collects the sends' delivery
+        futures when the caller commits only after them."""
+        sa = self.sa
+        for part in msg.split():  # a host agent's message: one part per HCA
+            await self._part(part, pending)
+        for observe in sa.counters_observers:  # the stale detector
+            try:
+                await observe(msg, partition, pending)
+            except Exception:  # its failure is not this message's
+                log.exception("counters observer %s failed on %s", observe, msg.id)
+
+    async def _part(self, msg: CountersMessage, pending: list[Awaitable[Any]] | None) -> None:
+        sa = self.sa
         key = counters_key(msg.fabric, msg.device, msg.source).encode()
-        value = cache.get(key)
+        value = self.cache.get(key)
         if value is None:
-            stored = table.get(key)
+            stored = self.table.get(key)
             value = orjson.loads(stored) if stored else None
         if isinstance(msg, CounterColumns):
-            value, detections, downs, redelivered, views[key] = (
-                sa.engine.apply_counter_columns(value, msg, views.get(key)))
+            value, detections, downs, redelivered, self.views[key] = (
+                sa.engine.apply_counter_columns(value, msg, self.views.get(key)))
             samples = msg.port_count
         else:
             value, detections, downs, redelivered = sa.engine.apply_counters(value, msg)
             samples = len(msg.ports)
-        cache[key] = value
+        self.cache[key] = value
         state = value["s"]
         if not redelivered and (state.pop("dirty", True) or detections or downs
                                 or msg.ts - value.get("p", 0) >= PERSIST_EVERY_MS):
             value["p"] = msg.ts
             t0 = time.perf_counter()
-            table[key] = orjson.dumps(value)
+            self.table[key] = orjson.dumps(value)
             sa.stats["persist_ms"] += (time.perf_counter() - t0) * 1000
             sa.stats["persisted"] += 1
         sa.stats["events"] += 1
         sa.stats["samples"] += samples
         for d in downs:
-            await sa.counter_downs.send(key=f"{d.device}:{d.port}".encode(),
-                                        value=orjson.dumps(d.to_wire()))
-        await sa.publish(detections)
+            fut = await sa.counter_downs.send(key=f"{d.device}:{d.port}".encode(),
+                                              value=orjson.dumps(d.to_wire()))
+            if pending is not None:
+                pending.append(fut)
+        await sa.publish(detections, pending)
+
+
+def register(sa: StreamsApp) -> None:
+    path = CountersPath(sa, sa.counters_table)
+
+    def on_revoked(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
+        path.reset()
+
+    sa.app.on_partitions_revoked.connect(on_revoked)
 
     @sa.app.agent(sa.counters, name="counters")
     async def counters(stream: Any) -> None:
@@ -92,13 +124,7 @@ def register(sa: StreamsApp) -> None:
                 msg = await sa.decode(event, registry.COUNTERS)
                 if not isinstance(msg, Counters | CounterColumns):
                     continue
-                for part in msg.split():  # a host agent's message: one part per HCA
-                    await process(part)
-                for observe in sa.counters_observers:  # the stale detector
-                    try:
-                        await observe(msg, int(event.message.partition))
-                    except Exception:  # its failure is not this message's
-                        log.exception("counters observer %s failed on %s", observe, msg.id)
+                await path.process(msg, int(event.message.partition))
                 sa.stats["counters_ms"] += (time.perf_counter() - t_start) * 1000
             except Exception as exc:  # never die on a message
                 await sa.failed(raw, exc, event.message)

@@ -19,6 +19,7 @@ report), which consumers drop.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -34,30 +35,32 @@ if TYPE_CHECKING:
 PERSIST_EVERY_MS = 5_000
 
 
-def register(sa: StreamsApp) -> None:
-    from streams.app import partitions_of
+class StaleObserver:
+    """The stale detector's states over ``table`` (get / set by key), fed by the counters
+    path with each decoded message and its partition."""
 
-    table = sa.app.Table("stale", default=None,
-                         partitions=partitions_of(sa.settings, registry.COUNTERS),
-                         key_type=bytes, value_type=bytes)
-    scopes: dict[str, dict[str, Any]] = {}  # fabric -> once() box of the StaleState
-    partition_of: dict[str, dict[str, int]] = {}  # fabric -> stream key -> partition
-    loaded: dict[tuple[str, int], int] = {}  # (fabric, partition) -> ts last persisted
+    def __init__(self, sa: StreamsApp, table: Any) -> None:
+        self.sa = sa
+        self.table = table
+        self.scopes: dict[str, dict[str, Any]] = {}  # fabric -> once() box of the StaleState
+        self.partition_of: dict[str, dict[str, int]] = {}  # fabric -> stream key -> partition
+        self.loaded: dict[tuple[str, int], int] = {}  # (fabric, partition) -> ts persisted
+        # lanes (partitions) the consumer knows are not idle (``StaleDetector.step``); set
+        # by the batched consumer for each batch, empty under Faust's agent
+        self.held: frozenset[str] = frozenset()
 
-    def on_revoked(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
-        scopes.clear()
-        partition_of.clear()
-        loaded.clear()
+    def reset(self) -> None:
+        self.scopes.clear()
+        self.partition_of.clear()
+        self.loaded.clear()
 
-    sa.app.on_partitions_revoked.connect(on_revoked)
-
-    def load(fabric: str, partition: int) -> None:
-        stored = table.get(state_key(fabric, f"p{partition}").encode())
-        loaded[(fabric, partition)] = 0
+    def load(self, fabric: str, partition: int) -> None:
+        stored = self.table.get(state_key(fabric, f"p{partition}").encode())
+        self.loaded[(fabric, partition)] = 0
         if not stored:
             return
         piece = orjson.loads(stored)
-        box = scopes.setdefault(fabric, {"s": None, "r": []})
+        box = self.scopes.setdefault(fabric, {"s": None, "r": []})
         if box["s"] is None:
             box["s"] = {"clock": None, "checked": None, "fabric": fabric, "n": 0, "w": {},
                         "s": {}}
@@ -66,33 +69,57 @@ def register(sa: StreamsApp) -> None:
             current = state["s"].get(key)
             if current is None or current[0] < rec[0]:
                 state["s"][key] = rec
-            partition_of.setdefault(fabric, {})[key] = partition
+                for part in ("g", "r"):  # its pending gaps and its run since a silence
+                    if key in piece.get(part, {}):
+                        state.setdefault(part, {})[key] = piece[part][key]
+            self.partition_of.setdefault(fabric, {})[key] = partition
         if piece.get("w") is not None:  # this partition's lane, as active as of now
             state["w"][str(partition)] = [int(piece["w"]), state["n"]]
 
-    def persist(fabric: str, partition: int, ts: int) -> None:
-        state = scopes[fabric]["s"]
-        mine = partition_of.get(fabric, {})
+    def persist(self, fabric: str, partition: int, ts: int) -> None:
+        state = self.scopes[fabric]["s"]
+        mine = self.partition_of.get(fabric, {})
         lane = state.get("w", {}).get(str(partition))
         piece = {"w": lane[0] if lane else None,
-                 "s": {k: v for k, v in state["s"].items() if mine.get(k) == partition}}
-        table[state_key(fabric, f"p{partition}").encode()] = orjson.dumps(piece)
-        loaded[(fabric, partition)] = ts
+                 "s": {k: v for k, v in state["s"].items() if mine.get(k) == partition},
+                 "g": {k: v for k, v in state.get("g", {}).items() if mine.get(k) == partition},
+                 "r": {k: v for k, v in state.get("r", {}).items() if mine.get(k) == partition}}
+        self.table[state_key(fabric, f"p{partition}").encode()] = orjson.dumps(piece)
+        self.loaded[(fabric, partition)] = ts
 
-    async def observe(msg: CountersMessage, partition: int) -> None:
-        """One decoded counters message of ``partition`` (called by the counters agent)."""
-        if (msg.fabric, partition) not in loaded:
-            load(msg.fabric, partition)
+    async def observe(self, msg: CountersMessage, partition: int,
+                      pending: list[Awaitable[Any]] | None = None) -> None:
+        """One decoded counters message of ``partition`` (called by the counters path)."""
+        if (msg.fabric, partition) not in self.loaded:
+            self.load(msg.fabric, partition)
+            # the held partitions' slices too, before any of them delivers: a lane
+            # unknown to the state could not hold its clock back
+            for lane in self.held:
+                if (msg.fabric, int(lane)) not in self.loaded:
+                    self.load(msg.fabric, int(lane))
         parts = msg.split()  # a host agent's message: one stream per HCA
-        box, detections, _, redelivered = sa.engine.apply_stale(
-            scopes.get(msg.fabric), msg, partition, parts)
-        scopes[msg.fabric] = box
-        mine = partition_of.setdefault(msg.fabric, {})
+        box, detections, _, redelivered = self.sa.engine.apply_stale(
+            self.scopes.get(msg.fabric), msg, partition, parts, self.held)
+        self.scopes[msg.fabric] = box
+        mine = self.partition_of.setdefault(msg.fabric, {})
         for part in parts:
             mine[stream_key(part.source, part.device)] = partition
         fired = bool(detections) and not redelivered
-        if fired or msg.ts - loaded[(msg.fabric, partition)] >= PERSIST_EVERY_MS:
-            persist(msg.fabric, partition, msg.ts)
-        await sa.publish(detections)
+        if fired or msg.ts - self.loaded[(msg.fabric, partition)] >= PERSIST_EVERY_MS:
+            self.persist(msg.fabric, partition, msg.ts)
+        await self.sa.publish(detections, pending)
 
-    sa.counters_observers.append(observe)
+
+def register(sa: StreamsApp) -> None:
+    from streams.app import partitions_of
+
+    table = sa.app.Table("stale", default=None,
+                         partitions=partitions_of(sa.settings, registry.COUNTERS),
+                         key_type=bytes, value_type=bytes)
+    observer = StaleObserver(sa, table)
+
+    def on_revoked(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
+        observer.reset()
+
+    sa.app.on_partitions_revoked.connect(on_revoked)
+    sa.counters_observers.append(observer.observe)

@@ -30,19 +30,23 @@ class Worker:
     """One ``fabricwatch worker`` process and its log."""
 
     def __init__(self, bootstrap: str, state_dir: Path, app_id: str,
-                 agents: str = "all") -> None:
+                 agents: str = "all", env: dict[str, str] | None = None,
+                 index: int = 0) -> None:
+        self.env = env or {}  # more of the worker's settings
+        self.index = index  # one of several processes of the app (--index)
         self.bootstrap = bootstrap
         self.state_dir = state_dir
         self.app_id = app_id
         self.agents = agents  # fabricwatch worker --agents
-        self.log = state_dir / (f"worker-{app_id}.log" if agents == "all"
-                                else f"worker-{app_id}-{agents}.log")
+        self.log = state_dir / ((f"worker-{app_id}.log" if agents == "all"
+                                 else f"worker-{app_id}-{agents}.log") if index == 0
+                                else f"worker-{app_id}-{agents}-{index}.log")
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, ledger: bool = False, policy: Path | None = None,
               plan: Path | None = None) -> None:
         env = {**os.environ, "FABRICWATCH_STATE_DIR": str(self.state_dir),
-               "FABRICWATCH_KAFKA__BOOTSTRAP": self.bootstrap}
+               "FABRICWATCH_KAFKA__BOOTSTRAP": self.bootstrap, **self.env}
         if policy is not None:
             env["FABRICWATCH_POLICY_PATH"] = str(policy)
         if plan is not None:  # the cable plan: degraded-link expectations, ECMP uplinks
@@ -51,7 +55,8 @@ class Worker:
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
                 [FABRICWATCH, "worker", "--ledger" if ledger else "--no-ledger",
-                 "--app-id", self.app_id, "--agents", self.agents],
+                 "--app-id", self.app_id, "--agents", self.agents,
+                 "--index", str(self.index)],
                 stdout=out, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
@@ -71,14 +76,18 @@ class Worker:
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(30)
 
-    def stop(self) -> None:
+    def stop(self, wait_s: float = 30.0) -> bool:
+        """Ask the worker to stop (SIGTERM), and kill it after ``wait_s``; False when it had
+        to be killed (its shutdown, the ledger sink's last flush among it, did not run)."""
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
             try:
-                self.proc.wait(30)
+                self.proc.wait(wait_s)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
+                return False
+        return True
 
 
 async def publish(bootstrap: str, events: list[Event | tuple[str, bytes]]) -> None:

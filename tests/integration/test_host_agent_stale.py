@@ -128,8 +128,10 @@ def host_history(fabric: str, start: int) -> list[Counters]:
     return out
 
 
+@pytest.mark.parametrize("batched", [False, True], ids=["faust_counters", "batched_counters"])
 async def test_worker_fires_stale_once_and_ends_it_like_replay(tmp_path: Path,
-                                                               kafka_bootstrap: str) -> None:
+                                                               kafka_bootstrap: str,
+                                                               batched: bool) -> None:
     """Live, as in production: the worker runs while the hosts' rounds arrive (paced at
     50 ms a round, so the partitions interleave as they do live). Same detection ids,
     kinds, ports and episodes as replay; the opening's ``ts`` (when the silence was seen)
@@ -143,7 +145,9 @@ async def test_worker_fires_stale_once_and_ends_it_like_replay(tmp_path: Path,
         ("stale_end", "h3/mlx5_0"), ("stale_end", "h3/mlx5_1")]
     app_id = f"fw-stale-{uuid.uuid4().hex[:8]}"
     env = {**os.environ, "FABRICWATCH_STATE_DIR": str(tmp_path),
-           "FABRICWATCH_KAFKA__BOOTSTRAP": kafka_bootstrap}
+           "FABRICWATCH_KAFKA__BOOTSTRAP": kafka_bootstrap,
+           # the counters off Faust's stream, in batches (streams/counters/batched.py)
+           "FABRICWATCH_STREAMS__COUNTERS_BATCHED": "true" if batched else "false"}
     log_path = tmp_path / "worker.log"
     with log_path.open("wb") as log:
         proc = subprocess.Popen(  # noqa: ASYNC220 - starting it is quick; it runs apart

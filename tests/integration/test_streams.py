@@ -55,7 +55,22 @@ def worker(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Worker]:
     w.stop()
 
 
-async def test_detections_dlq_and_carry_on(worker: Worker) -> None:
+# The counters off Faust's stream, in batches (streams/counters/batched.py)
+BATCHED = {"FABRICWATCH_STREAMS__COUNTERS_BATCHED": "true"}
+
+
+@pytest.fixture(params=[False, True], ids=["faust_counters", "batched_counters"])
+def either_worker(request: pytest.FixtureRequest, kafka_bootstrap: str, tmp_path: Path
+                  ) -> Iterator[Worker]:
+    """A worker with the counters through Faust's agent, or through the batched consumer."""
+    w = Worker(kafka_bootstrap, tmp_path, f"fw-test-{uuid.uuid4().hex[:8]}",
+               env=BATCHED if request.param else None)
+    yield w
+    w.stop()
+
+
+async def test_detections_dlq_and_carry_on(either_worker: Worker) -> None:
+    worker = either_worker
     tag = worker.app_id
     base = int(time.time() * 1000) - 3600_000
     a, b = f"leaf-{tag}-a", f"leaf-{tag}-b"
@@ -93,7 +108,8 @@ async def test_detections_dlq_and_carry_on(worker: Worker) -> None:
     assert worker.proc is not None and worker.proc.poll() is None
 
 
-async def test_kill_mid_stream_and_restart(worker: Worker) -> None:
+async def test_kill_mid_stream_and_restart(either_worker: Worker) -> None:
+    worker = either_worker
     tag = worker.app_id
     base = int(time.time() * 1000) - 6 * 3600_000
     events: list[Event | tuple[str, bytes]] = []
@@ -142,14 +158,15 @@ async def test_detections_reach_the_ledger(worker: Worker) -> None:
     got = await collect(worker.bootstrap, "fabric.detections", len(want), tag.encode())
     assert {orjson.loads(v)["id"] for v in got} == want
     await asyncio.sleep(2)  # the sink flushes every second
-    await asyncio.to_thread(worker.stop)  # releases the embedded ledger's folder
+    # stopping releases the embedded ledger's folder, after the sink's last flush
+    assert await asyncio.to_thread(worker.stop, 90.0), worker.tail()
     ledger = open_ledger(Settings(state_dir=worker.state_dir))
     try:
         rows = ledger.query("SELECT id FROM detections")
     finally:
         ledger.close()
     # (the worker also handled other tests' events still in the shared topics)
-    assert {r["id"] for r in rows if tag in r["id"]} == want
+    assert {r["id"] for r in rows if tag in r["id"]} == want, worker.tail()
 
 
 # --- faults from the simulator -------------------------------------------------------
@@ -230,9 +247,10 @@ def assert_replays(got: list[bytes], want: dict[str, Any], tail: str) -> None:
 
 
 @pytest.mark.parametrize("columnar", [False, True], ids=["counters", "counter_columns"])
-async def test_sim_faults_give_exactly_replays_detections(worker: Worker, columnar: bool
-                                                          ) -> None:
+async def test_sim_faults_give_exactly_replays_detections(either_worker: Worker,
+                                                          columnar: bool) -> None:
     """(The columnar form: the worker's column checks against replay's per-sample rules.)"""
+    worker = either_worker
     tag = f"t{worker.app_id.rsplit('-', 1)[1]}{'c' if columnar else ''}"
     messages, want = sim_messages(tag, columnar)
     await send_all(worker.bootstrap, messages)

@@ -1,0 +1,307 @@
+"""The counters topic in batches, off Faust's one-event-at-a-time stream.
+
+Faust's event machinery costs ~150 us a message by itself (``benchmarks/faust_floor.py``):
+more than the counters detector's own work on a healthy message, and a ceiling of ~6,600
+host messages per CPU-second with an agent that does nothing. With
+``FABRICWATCH_STREAMS__COUNTERS_BATCHED=true`` the worker takes ``fabric.counters`` with
+its own aiokafka consumer instead, and runs the same ``CountersPath`` and stale observer
+over each fetched batch:
+
+* **Group.** ``{faust id}-counters``, static membership like the worker's (instance id +
+  ``-counters``), the worker's session timeout. Offsets are committed by hand.
+* **States.** The counters states and the stale detector's partition slices live in memory
+  in a ``ChangelogStore`` each, keyed as the Faust tables were, and go to compacted
+  changelog topics (``{faust id}-counters-batched-changelog``,
+  ``{faust id}-stale-batched-changelog``), each record on the partition of the counters
+  partition it belongs to. A state written several times in a batch is sent once.
+* **Order of a batch.** The messages of a fetch are applied one partition after another in
+  turns of one message (as Faust hands them out), then the states that changed, the counter
+  downs, the detections and the dead letters are sent, *all* deliveries awaited, and only
+  then the batch's offsets committed. A crash therefore never leaves committed offsets
+  ahead of the states (the gap Faust's own commit has, ``streams/transport.py``); messages
+  after the last commit are applied again, and each state's recent ids make a redelivered
+  message repeat exactly its first outputs (``streams.engine.once``).
+* **Idle partitions.** The stale detector's clock is the slowest partition still
+  delivering; a fetch can bring one partition's whole backlog before another's, so a
+  partition with records not yet read, or that delivered within ``HOLD_S`` of wall time,
+  is held (never idle) while a batch is applied, and its states are loaded before its
+  first message.
+* **Rebalance.** Partitions taken away: the batch in hand finishes and is committed first
+  (the listener waits for it), then their states are dropped. Partitions given: their
+  changelog partitions are read from the start before the first batch.
+
+The Faust app still runs every other agent (flap, probes, the correlator, ...); the counters
+and stale agents and their tables are not declared.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from aiokafka import (  # type: ignore[import-untyped]  # no py.typed there
+    AIOKafkaConsumer,
+    AIOKafkaProducer,
+    ConsumerRebalanceListener,
+    TopicPartition,
+)
+from aiokafka.errors import CommitFailedError, KafkaError  # type: ignore[import-untyped]
+
+from runtime import metrics
+from schemas import CounterColumns, Counters
+from schemas import topics as registry
+from streams.counters.agent import YIELD_EVERY_S, CountersPath
+from streams.stale.agent import StaleObserver
+
+if TYPE_CHECKING:
+    from streams.app import StreamsApp
+
+log = logging.getLogger(__name__)
+
+FETCH_TIMEOUT_MS = 200
+# Per partition and fetch, as Faust's consumer has it. A fetch takes every partition's
+# buffered records (no cap on the count): a cap would take them from the first partitions
+# only, a whole partition's backlog before the others', and the stale detector's clock
+# (the slowest lane) would see the lanes not yet read as silent.
+MAX_PARTITION_FETCH_BYTES = 1 << 20
+RESTORE_TIMEOUT_S = 300.0
+# A partition that delivered within this many wall seconds is not idle for the stale
+# detector's clock, whatever the other partitions carried since: records published together
+# can reach the fetches a moment apart, one partition's many rounds before another's.
+HOLD_S = 2.0
+
+
+class ChangelogStore:
+    """States by key in memory, each key on one partition; what changed since the last
+    ``take_changed`` goes to the changelog topic ``topic`` (compacted)."""
+
+    def __init__(self, topic: str) -> None:
+        self.topic = topic
+        self.values: dict[bytes, bytes] = {}
+        self.partition_of: dict[bytes, int] = {}
+        self.changed: set[bytes] = set()
+        self.current = 0  # the partition of the message being applied
+
+    def get(self, key: bytes, default: bytes | None = None) -> bytes | None:
+        return self.values.get(key, default)
+
+    def __setitem__(self, key: bytes, value: bytes) -> None:
+        self.values[key] = value
+        self.partition_of[key] = self.current
+        self.changed.add(key)
+
+    def take_changed(self) -> list[tuple[bytes, bytes, int]]:
+        out = [(k, self.values[k], self.partition_of[k]) for k in self.changed]
+        self.changed.clear()
+        return out
+
+    def restored(self, key: bytes, value: bytes | None, partition: int) -> None:
+        """One changelog record read back (None: a tombstone)."""
+        if value is None:
+            self.values.pop(key, None)
+            self.partition_of.pop(key, None)
+        else:
+            self.values[key] = value
+            self.partition_of[key] = partition
+
+    def drop(self, partitions: set[int]) -> None:
+        for key in [k for k, p in self.partition_of.items() if p in partitions]:
+            del self.values[key]
+            del self.partition_of[key]
+            self.changed.discard(key)
+
+
+def in_turns(batch: dict[Any, list[Any]]) -> list[Any]:
+    """A fetch's records one partition after another in turns of one (Faust's order)."""
+    queues = [records for _, records in sorted(batch.items(), key=lambda kv: kv[0].partition)]
+    out = []
+    for turn in range(max(map(len, queues), default=0)):
+        out += [q[turn] for q in queues if turn < len(q)]
+    return out
+
+
+class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]  # untyped base
+    def __init__(self, owner: BatchedCounters) -> None:
+        self.owner = owner
+
+    async def on_partitions_revoked(self, revoked: Iterable[TopicPartition]) -> None:
+        await self.owner.revoked({tp.partition for tp in revoked})
+
+    async def on_partitions_assigned(self, assigned: Iterable[TopicPartition]) -> None:
+        await self.owner.assigned({tp.partition for tp in assigned})
+
+
+class BatchedCounters:
+    """The worker's own consumer of ``fabric.counters`` (see the module's docstring)."""
+
+    def __init__(self, sa: StreamsApp, faust_id: str, instance: str | None) -> None:
+        self.sa = sa
+        self.group = f"{faust_id}-counters"
+        self.instance = None if instance is None else f"{instance}-counters"[:249]
+        self.counters = ChangelogStore(f"{faust_id}-counters-batched-changelog")
+        self.stale = ChangelogStore(f"{faust_id}-stale-batched-changelog")
+        self.path = CountersPath(sa, self.counters)
+        self.observer = StaleObserver(sa, self.stale)
+        sa.counters_observers.append(self.observer.observe)
+        self.lock = asyncio.Lock()  # a batch in hand, or a rebalance
+        self.held: set[int] = set()
+        self.kept: set[int] = set()  # revoked, their states not yet dropped
+        self.delivered_at: dict[int, float] = {}  # partition -> monotonic time of its last fetch
+        self.consumer: Any = None
+        self.producer: Any = None
+        self.stopping = False
+
+    @property
+    def changelogs(self) -> list[str]:
+        return [self.counters.topic, self.stale.topic]
+
+    async def run(self) -> None:
+        settings = self.sa.settings
+        bootstrap = settings.kafka.bootstrap_servers
+        st = settings.streams
+        self.producer = AIOKafkaProducer(
+            bootstrap_servers=bootstrap, acks="all", linger_ms=5, compression_type="lz4",
+            max_request_size=64 * 1024 * 1024)
+        self.consumer = AIOKafkaConsumer(
+            bootstrap_servers=bootstrap, group_id=self.group,
+            group_instance_id=self.instance, enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            max_partition_fetch_bytes=MAX_PARTITION_FETCH_BYTES,
+            session_timeout_ms=round(st.session_timeout_s * 1000),
+            heartbeat_interval_ms=round(st.heartbeat_interval_s * 1000))
+        await self.producer.start()
+        try:
+            await self.consumer.start()
+            self.consumer.subscribe([registry.COUNTERS.name], listener=_Listener(self))
+            log.info("counters: batched consumer in group %s", self.group)
+            while not self.stopping:
+                batch = await self.consumer.getmany(timeout_ms=FETCH_TIMEOUT_MS)
+                if batch:
+                    async with self.lock:
+                        await self.apply(batch)
+        finally:
+            await self.consumer.stop()
+            await self.producer.stop()
+
+    async def stop(self) -> None:
+        self.stopping = True
+
+    async def apply(self, batch: dict[Any, list[Any]]) -> None:
+        """Apply one fetch, send what it changed and produced, then commit its offsets."""
+        sa = self.sa
+        pending: list[Awaitable[Any]] = []
+        self.observer.held = frozenset(map(str, await self.holding(batch)))
+        t_start = yielded = time.perf_counter()
+        for record in in_turns(batch):
+            # a fetch is seconds of work: let the trap path in (as the Faust agent does)
+            if time.perf_counter() - yielded >= YIELD_EVERY_S:
+                await asyncio.sleep(0)
+                yielded = time.perf_counter()
+            if record.partition not in self.held:
+                continue  # revoked while the fetch was under way
+            self.counters.current = self.stale.current = record.partition
+            raw = record.value or b""
+            metrics.consumed(registry.COUNTERS.name)
+            try:
+                msg = await sa.accept(registry.COUNTERS, raw, record.timestamp, record, pending)
+                if isinstance(msg, Counters | CounterColumns):
+                    await self.path.process(msg, record.partition, pending)
+            except Exception as exc:  # never die on a message
+                await sa.failed(raw, exc, record, pending)
+        for store in (self.counters, self.stale):
+            for key, value, partition in store.take_changed():
+                pending.append(await self.producer.send(store.topic, value, key=key,
+                                                        partition=partition))
+        if pending:
+            await asyncio.gather(*pending)
+        sa.stats["counters_ms"] += (time.perf_counter() - t_start) * 1000
+        offsets = {tp: records[-1].offset + 1 for tp, records in batch.items()
+                   if records and tp.partition in self.held}
+        for tp, records in batch.items():
+            if records:
+                highwater = self.consumer.highwater(tp)
+                if highwater is not None:
+                    metrics.lag(tp.topic, tp.partition, highwater - records[-1].offset - 1)
+        if offsets:
+            try:
+                await self.consumer.commit(offsets)
+            except CommitFailedError as exc:  # a rebalance took them: their owner re-reads
+                log.warning("counters: commit refused after a rebalance: %s", exc)
+
+    async def holding(self, batch: dict[Any, list[Any]]) -> set[int]:
+        """The held partitions that are not idle for the stale detector's clock while this
+        batch is applied: those in it, those with records not yet read (or whose end is not
+        known yet), and those that delivered within ``HOLD_S``."""
+        now = time.monotonic()
+        for tp, records in batch.items():
+            if records:
+                self.delivered_at[tp.partition] = now
+        out = set()
+        for p in self.held:
+            tp = TopicPartition(registry.COUNTERS.name, p)
+            if now - self.delivered_at.get(p, -HOLD_S) < HOLD_S:
+                out.add(p)
+                continue
+            highwater = self.consumer.highwater(tp)
+            if highwater is None or highwater > await self.consumer.position(tp):
+                out.add(p)
+        return out
+
+    async def revoked(self, partitions: set[int]) -> None:
+        async with self.lock:  # the batch in hand is applied and committed first
+            self.held -= partitions
+            # their states stay in memory until the assignment: equal to their changelogs
+            # (all sent before the commit), so a partition given back needs no restore
+            self.kept |= partitions
+        if partitions:
+            log.info("counters: partitions %s revoked", sorted(partitions))
+
+    async def assigned(self, partitions: set[int]) -> None:
+        async with self.lock:
+            gone = self.kept - partitions  # another worker's now; its copy is the truth
+            self.counters.drop(gone)
+            self.stale.drop(gone)
+            for p in gone:
+                self.delivered_at.pop(p, None)
+            new = partitions - self.held - self.kept
+            self.kept = set()
+            n = await self.restore(new) if new else 0
+            self.held |= partitions
+            self.path.reset()
+            self.observer.reset()
+        log.info("counters: partitions %s assigned (%s restored, %d state record(s))",
+                 sorted(partitions), sorted(new), n)
+
+    async def restore(self, partitions: set[int]) -> int:
+        """Read the changelogs' partitions from the start into the stores."""
+        bootstrap = self.sa.settings.kafka.bootstrap_servers
+        reader = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None,
+                                  enable_auto_commit=False, max_partition_fetch_bytes=8 << 20)
+        await reader.start()
+        n = 0
+        try:
+            stores = {s.topic: s for s in (self.counters, self.stale)}
+            tps = [TopicPartition(t, p) for t in stores for p in sorted(partitions)]
+            reader.assign(tps)
+            ends = await reader.end_offsets(tps)
+            await reader.seek_to_beginning(*tps)
+            left = {tp for tp in tps if ends[tp] > await reader.position(tp)}
+            deadline = time.monotonic() + RESTORE_TIMEOUT_S
+            while left:
+                if time.monotonic() > deadline:
+                    raise KafkaError(f"restoring {sorted(map(str, left))} took over "
+                                     f"{RESTORE_TIMEOUT_S:.0f} s")
+                batch = await reader.getmany(*left, timeout_ms=500)
+                for tp, records in batch.items():
+                    for r in records:
+                        if r.offset < ends[tp]:
+                            stores[tp.topic].restored(r.key, r.value, tp.partition)
+                            n += 1
+                    if records and records[-1].offset + 1 >= ends[tp]:
+                        left.discard(tp)
+        finally:
+            await reader.stop()
+        return n

@@ -1,0 +1,85 @@
+"""The batched counters consumer through the real broker: a second worker joins mid-stream.
+
+Two ``fabricwatch worker`` processes of one app id with the counters off Faust's stream
+(``FABRICWATCH_STREAMS__COUNTERS_BATCHED``): the first takes every counters partition, the
+second joins while counters are arriving, so the first finishes and commits its batch, gives
+up half the partitions and drops their states, and the second restores them from the
+changelogs. The detections must be replay's, each published once or as identical copies.
+(The kill -9 and the replay comparisons of one batched worker: ``test_streams.py``.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import orjson
+import pytest
+
+from schemas import Counters, Event, PortSample
+
+pytestmark = pytest.mark.integration
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from stream_helpers import (  # noqa: E402
+    Worker,
+    assert_copies_identical,
+    collect,
+    expected,
+    publish,
+)
+
+BATCHED = {"FABRICWATCH_STREAMS__COUNTERS_BATCHED": "true"}
+
+
+def rounds(tag: str, base: int, first: int, last: int) -> list[Event | tuple[str, bytes]]:
+    """30 devices at 10 s: every fifth with symbol errors rising on port 1 (an error-rate
+    episode), every seventh with its port 2 going down twice a round (counter downs, flaps).
+    Their fabric is the test's own: the stale detector's scope is a fabric, and the shared
+    topic holds other tests' (and the collectors' wall-clock) counters of ``lab``."""
+    out: list[Event | tuple[str, bytes]] = []
+    for r in range(first, last):
+        for d in range(30):
+            errs = d % 5 == 0 and r >= 10
+            downs = 2 * max(0, r - 20) if d % 7 == 0 else 0
+            out.append(Counters(
+                id=f"{tag}-{d}-{r}", ts=base + r * 10_000, fabric=tag, source="gnmi",
+                device=f"leaf-{tag}-{d}",
+                ports=[PortSample(port=p, symbol_errors=(r - 9) * 400 if errs and p == 1 else 0,
+                                  link_downed=downs if p == 2 else 0, rcv_errors=0)
+                       for p in range(1, 9)]))
+    return out
+
+
+async def test_a_worker_joining_takes_half_the_counters_with_their_states(
+        kafka_bootstrap: str, tmp_path: Path) -> None:
+    app_id = f"fw-batched-{uuid.uuid4().hex[:8]}"
+    tag = app_id.rsplit("-", 1)[1]
+    base = int(time.time() * 1000) - 4 * 3600_000
+    first, second = rounds(tag, base, 0, 25), rounds(tag, base, 25, 50)
+    want = expected(first + second)
+    kinds = {i.split("/", 1)[0].removeprefix("det:") for i in want}
+    assert {"flap", "error_rate"} <= kinds, kinds
+    one = Worker(kafka_bootstrap, tmp_path, app_id, env=BATCHED)
+    two = Worker(kafka_bootstrap, tmp_path, app_id, env=BATCHED, index=1)
+    try:
+        await asyncio.to_thread(one.start)
+        await publish(kafka_bootstrap, first)
+        await collect(kafka_bootstrap, "fabric.detections", 1, tag.encode(), settle=0.0)
+        await asyncio.to_thread(two.start)
+        await publish(kafka_bootstrap, second)
+        got = await collect(kafka_bootstrap, "fabric.detections", len(want), tag.encode(),
+                            wait_s=150, settle=8.0)
+        ids = {orjson.loads(v)["id"] for v in got}
+        assert ids == want, (sorted(want - ids)[:5], sorted(ids - want)[:5],
+                             one.tail()[-1500:], two.tail()[-1500:])
+        assert_copies_identical(got)
+        # the second worker did take partitions, and restored their states
+        assert b"assigned" in two.log.read_bytes() and b"revoked" in one.log.read_bytes()
+    finally:
+        two.stop()
+        one.stop()
