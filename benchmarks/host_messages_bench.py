@@ -1,7 +1,7 @@
 """Benchmark: the stream worker's capacity in host-agent messages per second (8 ports each).
 
 Run: .venv/bin/python benchmarks/host_messages_bench.py [--hosts 12500] [--intervals 3]
-     [--latency-traps 100] [--trap-rate 2.5] [--host-rate 12500] [--split-traps]
+     [--latency-traps 100] [--trap-rate 2.5] [--host-rate 12500] [--split-traps] [--batched]
      [--scenario host_messages] [--bootstrap HOST:PORT]
 
 Target context: 100,000 host ports read at 1 s by 12,500 host agents is 12,500 messages/s.
@@ -26,7 +26,8 @@ third at ``--trap-rate``); each third down's publish time against its ``flap`` d
 ``fabric.detections``. The counters backlog the worker has at the phase's start and end is
 recorded (a worker that keeps up has none, and traps then wait behind nothing).
 ``--split-traps`` runs the trap path in its own worker process (``fabricwatch worker
---agents traps`` beside ``--agents rest``, the same ``--app-id``).
+--agents traps`` beside ``--agents rest``, the same ``--app-id``). ``--batched`` takes
+the counters off Faust's stream (``FABRICWATCH_STREAMS__COUNTERS_BATCHED``).
 
 Writes benchmarks/results/host_messages.json.
 """
@@ -194,13 +195,18 @@ async def run(args: argparse.Namespace, state: Path, bootstrap: str) -> dict[str
     tps, end_total = await end_offsets(bootstrap, "fabric.counters")
     bare_s, samples = await bare_throughput(bootstrap, end_total)
     app_id = f"bench-host-{uuid.uuid4().hex[:8]}"
+    # the counters off Faust's stream: their own consumer group (streams/counters/batched.py)
+    env = {"FABRICWATCH_STREAMS__COUNTERS_BATCHED": "true"} if args.batched else {}
     if args.split_traps:  # the counters' process and the trap path's, one app id
         group = f"{app_id}-rest"
-        workers = [WorkerProc(bootstrap, state, app_id, ledger=False, agents="rest"),
+        workers = [WorkerProc(bootstrap, state, app_id, ledger=False, agents="rest",
+                              extra_env=env),
                    WorkerProc(bootstrap, state, app_id, ledger=False, agents="traps")]
     else:
         group = app_id
-        workers = [WorkerProc(bootstrap, state, app_id, ledger=False)]
+        workers = [WorkerProc(bootstrap, state, app_id, ledger=False, extra_env=env)]
+    if args.batched:
+        group += "-counters"
     worker = workers[0]  # the one that takes the counters
     latency: dict[str, Any] | None = None
     produced: dict[str, float] = {}
@@ -254,6 +260,7 @@ async def run(args: argparse.Namespace, state: Path, bootstrap: str) -> dict[str
         "stale_detections_in_log": log.count("stale"),
         "load_average_1m_at_end": round(os.getloadavg()[0], 2),
         "split_traps": args.split_traps,
+        "counters_batched": args.batched,
         "host_load": None if latency is None else {
             "target_messages_per_s": min(args.host_rate, float(args.hosts)),
             "produced_messages": produced.get("messages"),
@@ -279,6 +286,8 @@ def main() -> None:
                         help="seconds of host load before the first trap")
     parser.add_argument("--split-traps", action="store_true",
                         help="the trap path in its own worker process (--agents traps)")
+    parser.add_argument("--batched", action="store_true",
+                        help="the worker with FABRICWATCH_STREAMS__COUNTERS_BATCHED")
     parser.add_argument("--scenario", default="host_messages",
                         help="results file name: benchmarks/results/<scenario>.json")
     parser.add_argument("--bootstrap", default=None)

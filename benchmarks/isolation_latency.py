@@ -55,6 +55,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks import resources as res  # noqa: E402
 from benchmarks._machine import save_and_print  # noqa: E402
 from benchmarks.streams_bench import WorkerProc, cpu_seconds  # noqa: E402
 
@@ -216,6 +217,7 @@ class Phase:
     stream_cpu_s: float = 0.0
     wall_s: float = 0.0
     load_avg: float = 0.0
+    profiles: dict[str, Any] = field(default_factory=dict)
 
 
 def plan_targets(fab: Any, inventory: Any, n: int, used: set[str]) -> list[Target]:
@@ -411,8 +413,13 @@ async def run_phase(phase: Phase, settings: Any, state: Path, sim_state: Path, c
         pids = (worker.proc.pid, PIDS["temporal"], PIDS["stream"])
         cpu0 = [cpu_seconds(p) for p in pids]
         t0 = time.monotonic()
+        spy = (res.start_profiles({"runbook_worker": worker.proc.pid,
+                                   "stream_worker": PIDS["stream"]}, PROFILE_S[0], state)
+               if PROFILE_S[0] > 0 else {})
         await inject(publisher, fabric, counted, every, phase.name)
         isolated = await wait_isolated(sim, counted, 600)
+        if spy:
+            phase.profiles = await asyncio.to_thread(res.finish_profiles, spy, PROFILE_S[0])
         phase.wall_s = round(time.monotonic() - t0, 1)
         phase.worker_cpu_s, phase.temporal_cpu_s, phase.stream_cpu_s = (
             round(cpu_seconds(p) - c, 2) for p, c in zip(pids, cpu0, strict=True))
@@ -435,6 +442,7 @@ async def run_phase(phase: Phase, settings: Any, state: Path, sim_state: Path, c
 
 
 DISPATCH_INVENTORY: list[Any] = []
+PROFILE_S = [0]  # --profile-seconds
 PIDS: dict[str, int] = {}  # the Temporal server's and the stream worker's
 
 
@@ -467,10 +475,13 @@ async def main() -> None:
     ap.add_argument("--pairs", type=int, default=0, help="before/after pairs (with --before)")
     ap.add_argument("--before", type=Path, default=None, help="the 'before' tree (main)")
     ap.add_argument("--scenario", default="isolation_latency")
+    ap.add_argument("--profile-seconds", type=int, default=0,
+                    help="py-spy the runbook and stream workers while the runbooks run")
     ap.add_argument("--produce-load", nargs=5, metavar=("BOOTSTRAP", "PRESET", "FABRIC",
                                                         "PORTS", "INTERVAL"),
                     help=argparse.SUPPRESS)
     args = ap.parse_args()
+    PROFILE_S[0] = args.profile_seconds
     if args.produce_load:
         b, preset, fabric, ports, interval = args.produce_load
         await produce_load(b, preset, fabric, int(ports), float(interval))
@@ -549,7 +560,8 @@ async def main() -> None:
                             "wall_s": ph.wall_s, "runbook_worker_cpu_s": ph.worker_cpu_s,
                             "temporal_server_cpu_s": ph.temporal_cpu_s,
                             "stream_worker_cpu_s": ph.stream_cpu_s,
-                            "load_average_1m": ph.load_avg, **summary(ph.rows)}
+                            "load_average_1m": ph.load_avg, **summary(ph.rows),
+                            **({"profiles": ph.profiles} if ph.profiles else {})}
     if args.before is not None:
         befores = [r for ph in phases if ph.code for r in ph.rows]
         afters = [r for ph in phases if not ph.code for r in ph.rows]

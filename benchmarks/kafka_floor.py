@@ -181,12 +181,17 @@ def main() -> None:
     parser.add_argument("--profile-seconds", type=int, default=30,
                         help="py-spy the worker and the ledger owner while they catch up")
     parser.add_argument("--bootstrap", default=None)
+    parser.add_argument("--columnar", action="store_true",
+                        help="produce the counters as counter_columns messages")
+    parser.add_argument("--scenario", default="kafka_floor")
     args = parser.parse_args()
+    sb.COLUMNAR = args.columnar
     with tempfile.TemporaryDirectory(prefix="fw-kafka-floor-") as tmp:
         state = Path(tmp)
         with sb.broker(args.bootstrap, state) as bootstrap:
             figures = asyncio.run(run(args, state, bootstrap))
-    save_and_print("kafka_floor", figures)
+    figures["message_form"] = "counter_columns" if args.columnar else "counters"
+    save_and_print(args.scenario, figures)
 
 
 if __name__ == "__main__":

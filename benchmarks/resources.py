@@ -167,6 +167,8 @@ def finish_profiles(procs: dict[str, tuple[subprocess.Popen[bytes], Path]], seco
             out[name] = {"error": err.decode(errors="replace")[-500:]}
         else:
             out[name] = top_frames(raw)
+            if keep := os.environ.get("FABRICWATCH_BENCH_KEEP_PROFILES"):  # for a closer look
+                shutil.copy(raw, Path(keep) / raw.name)
     return out
 
 

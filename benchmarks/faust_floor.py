@@ -1,0 +1,210 @@
+"""Benchmark: what Faust's event loop costs by itself, between the bare consumer and the worker.
+
+Run: .venv/bin/python benchmarks/faust_floor.py [--ports 50000] [--intervals 12] [--columnar]
+     [--ports-per-message 64] [--bootstrap HOST:PORT]
+
+The stream worker's counters rate is ~0.1 of a bare aiokafka consumer that decodes the same
+messages. This run splits that gap in one sitting, on one broker and the same messages
+(``benchmarks/streams_bench.py``'s 64-port device batches):
+
+1. ``bare``: aiokafka ``getmany`` + ``schemas.decode`` of every message (no group);
+2. ``faust_events``: a Faust app (the worker's consumer settings, no tables) whose one agent
+   iterates ``stream.events()`` and does nothing with them: Faust's own per-event cost;
+3. ``faust_decode``: the same agent running ``schemas.decode`` on every event;
+4. ``worker``: ``fabricwatch worker --no-ledger`` (every detector, its tables and changelogs);
+5. ``worker_batched`` (``--batched``): the same with the counters off Faust's stream
+   (``FABRICWATCH_STREAMS__COUNTERS_BATCHED``, ``streams/counters/batched.py``), timed to
+   its own group's committed end.
+
+Each Faust process is timed from its agent's first event to its committed offsets reaching
+the end of the topic, and charged the CPU seconds of its process over the same span; the
+bare consumer its own process CPU. Every figure is port-samples per CPU-second; the ratios
+to ``bare`` say which share of the worker's gap is Faust's event loop and which is
+fabricwatch's work per message.
+
+Writes benchmarks/results/faust_floor.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks import streams_bench as sb  # noqa: E402
+from benchmarks._machine import save_and_print  # noqa: E402
+
+READY = "faust floor: first event"
+
+
+def child(mode: str, bootstrap: str, app_id: str, datadir: str) -> None:
+    """A Faust app with one agent over ``fabric.counters`` (the worker's consumer settings)."""
+    import faust
+
+    from schemas import ContractError, decode
+
+    app = faust.App(app_id, broker=f"kafka://{bootstrap}", store="memory://",
+                    datadir=datadir, web_enabled=False, key_serializer="raw",
+                    value_serializer="raw", consumer_auto_offset_reset="earliest",
+                    stream_wait_empty=False, stream_buffer_maxsize=256,
+                    broker_commit_interval=1.0)
+    topic = app.topic("fabric.counters", key_type=bytes, value_type=bytes,
+                      key_serializer="raw", value_serializer="raw")
+
+    @app.agent(topic, name="floor")
+    async def floor(stream: Any) -> None:
+        first = True
+        async for event in stream.events():
+            if first:
+                print(READY, flush=True)
+                first = False
+            if mode == "decode":
+                try:
+                    decode(event.value)
+                except ContractError:
+                    pass
+
+    sys.argv = [sys.argv[0], "worker", "--loglevel", "warn", "--without-web"]
+    app.main()
+
+
+class FaustProc:
+    def __init__(self, mode: str, bootstrap: str, state: Path) -> None:
+        self.app_id = f"floor-{mode}-{uuid.uuid4().hex[:8]}"
+        self.log = state / f"{self.app_id}.log"
+        datadir = state / self.app_id
+        datadir.mkdir()
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, __file__, "--child", mode, "--bootstrap", bootstrap,
+                 "--app-id", self.app_id, "--datadir", str(datadir)],
+                stdout=out, stderr=subprocess.STDOUT, cwd=state)
+
+    def wait_first_event(self, timeout: float = 180) -> tuple[float, float]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if READY.encode() in self.log.read_bytes():
+                return time.perf_counter(), sb.cpu_seconds(self.proc.pid)
+            if self.proc.poll() is not None:
+                raise RuntimeError(self.log.read_bytes()[-3000:].decode(errors="replace"))
+            time.sleep(0.01)
+        raise RuntimeError(f"{self.app_id}: no event in {timeout} s")
+
+    stop = sb.WorkerProc.stop  # terminate, then kill (it reads only ``self.proc``)
+
+
+async def until_committed(proc: Any, app_id: str, bootstrap: str, tps: list[Any],
+                          end_total: int) -> None:
+    while await sb.committed_total(bootstrap, app_id, tps) < end_total:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{app_id} exited")
+        await asyncio.sleep(0.1)
+
+
+async def faust_run(mode: str, bootstrap: str, state: Path, tps: list[Any], end_total: int,
+                    samples: int) -> dict[str, Any]:
+    faust_proc = FaustProc(mode, bootstrap, state)
+    try:
+        t0, cpu0 = await asyncio.to_thread(faust_proc.wait_first_event)
+        await until_committed(faust_proc.proc, faust_proc.app_id, bootstrap, tps, end_total)
+        wall, cpu = time.perf_counter() - t0, sb.cpu_seconds(faust_proc.proc.pid) - cpu0
+    finally:
+        faust_proc.stop()
+    return figures(wall, cpu, samples)
+
+
+def figures(wall: float, cpu: float, samples: int) -> dict[str, Any]:
+    return {"wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
+            "port_samples_per_s": round(samples / wall),
+            "port_samples_per_cpu_s": round(samples / max(cpu, 1e-9))}
+
+
+async def worker_run(bootstrap: str, state: Path, tps: list[Any], end_total: int,
+                     samples: int, batched: bool = False) -> dict[str, Any]:
+    app_id = f"floor-worker-{uuid.uuid4().hex[:8]}"
+    env = {"FABRICWATCH_STREAMS__COUNTERS_BATCHED": "true"} if batched else {}
+    worker = sb.WorkerProc(bootstrap, state, app_id, ledger=False, extra_env=env)
+    try:
+        t0 = await asyncio.to_thread(worker.wait_ready)
+        cpu0 = sb.cpu_seconds(worker.proc.pid)
+        # the batched consumer's own group (streams/counters/batched.py)
+        await until_committed(worker.proc, f"{app_id}-counters" if batched else app_id,
+                              bootstrap, tps, end_total)
+        wall, cpu = time.perf_counter() - t0, sb.cpu_seconds(worker.proc.pid) - cpu0
+    finally:
+        worker.stop()
+    return figures(wall, cpu, samples)
+
+
+async def run(args: argparse.Namespace, state: Path, bootstrap: str) -> dict[str, Any]:
+    devices = sb.devices_for(args.ports)
+    base = int(time.time() * 1000) - 3 * 3600_000
+    messages = await sb.produce_counters(bootstrap, devices, args.intervals, base)
+    tps, end_total = await sb.end_offsets(bootstrap, "fabric.counters")
+    bare_s, samples = await sb.bare_throughput(bootstrap, end_total)
+    bare_cpu = sb.BARE_CPU[1] - sb.BARE_CPU[0]
+    out: dict[str, Any] = {
+        "ports": len(devices) * sb.PORTS_PER_DEVICE, "intervals": args.intervals,
+        "ports_per_message": sb.PORTS_PER_DEVICE,
+        "messages": messages, "port_samples": samples,
+        "message_form": "counter_columns" if sb.COLUMNAR else "counters",
+        "bare": {"wall_s": round(bare_s, 2), "cpu_s": round(bare_cpu, 2),
+                 "port_samples_per_s": round(samples / bare_s),
+                 "port_samples_per_cpu_s": round(samples / max(bare_cpu, 1e-9))},
+    }
+    out["faust_events"] = await faust_run("events", bootstrap, state, tps, end_total, samples)
+    out["faust_decode"] = await faust_run("decode", bootstrap, state, tps, end_total, samples)
+    out["worker"] = await worker_run(bootstrap, state, tps, end_total, samples)
+    runs = ["faust_events", "faust_decode", "worker"]
+    if args.batched:
+        out["worker_batched"] = await worker_run(bootstrap, state, tps, end_total, samples,
+                                                 batched=True)
+        runs.append("worker_batched")
+    bare_rate = out["bare"]["port_samples_per_cpu_s"]
+    out["ratio_to_bare_per_cpu_s"] = {
+        k: round(out[k]["port_samples_per_cpu_s"] / bare_rate, 3) for k in runs}
+    out["cpu_us_per_message"] = {
+        k: round(out[k]["cpu_s"] / end_total * 1e6, 1) for k in ["bare", *runs]}
+    out["load_average_1m_at_end"] = round(os.getloadavg()[0], 2)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ports", type=int, default=50_000)
+    parser.add_argument("--intervals", type=int, default=12)
+    parser.add_argument("--columnar", action="store_true",
+                        help="send the counters as counter_columns messages")
+    parser.add_argument("--ports-per-message", type=int, default=sb.PORTS_PER_DEVICE,
+                        help="8: the size of a host agent's message")
+    parser.add_argument("--batched", action="store_true",
+                        help="also the worker with FABRICWATCH_STREAMS__COUNTERS_BATCHED")
+    parser.add_argument("--bootstrap", default=None)
+    parser.add_argument("--scenario", default="faust_floor")
+    parser.add_argument("--child", choices=["events", "decode"], help=argparse.SUPPRESS)
+    parser.add_argument("--app-id", help=argparse.SUPPRESS)
+    parser.add_argument("--datadir", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.child, args.bootstrap, args.app_id, args.datadir)
+        return
+    sb.COLUMNAR = args.columnar
+    sb.PORTS_PER_DEVICE = args.ports_per_message
+    with tempfile.TemporaryDirectory(prefix="fw-faust-floor-") as tmp:
+        state = Path(tmp)
+        with sb.broker(args.bootstrap, state) as bootstrap:
+            figures = asyncio.run(run(args, state, bootstrap))
+    save_and_print(args.scenario, figures)
+
+
+if __name__ == "__main__":
+    main()
