@@ -279,7 +279,8 @@ class BatchedCounters:
         """Read the changelogs' partitions from the start into the stores."""
         bootstrap = self.sa.settings.kafka.bootstrap_servers
         reader = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None,
-                                  enable_auto_commit=False, max_partition_fetch_bytes=8 << 20)
+                                  enable_auto_commit=False, auto_offset_reset="earliest",
+                                  max_partition_fetch_bytes=8 << 20)
         await reader.start()
         n = 0
         try:
@@ -287,8 +288,16 @@ class BatchedCounters:
             tps = [TopicPartition(t, p) for t in stores for p in sorted(partitions)]
             reader.assign(tps)
             ends = await reader.end_offsets(tps)
-            await reader.seek_to_beginning(*tps)
-            left = {tp for tp in tps if ends[tp] > await reader.position(tp)}
+            # explicit offsets: a seek_to_beginning may not have taken effect when the
+            # position is read (seen: the position at the end, nothing restored)
+            starts = await reader.beginning_offsets(tps)
+            for tp in tps:
+                reader.seek(tp, starts[tp])
+            left = {tp for tp in tps if ends[tp] > starts[tp]}
+            log.info("counters: restoring %d record(s) of %s",
+                     sum(ends[tp] - starts[tp] for tp in tps),
+                     ", ".join(f"{tp.topic}[{tp.partition}] {starts[tp]}..{ends[tp]}"
+                               for tp in tps))
             deadline = time.monotonic() + RESTORE_TIMEOUT_S
             while left:
                 if time.monotonic() > deadline:

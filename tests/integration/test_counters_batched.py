@@ -11,6 +11,7 @@ changelogs. The detections must be replay's, each published once or as identical
 from __future__ import annotations
 
 import asyncio
+import re
 import sys
 import time
 import uuid
@@ -79,7 +80,10 @@ async def test_a_worker_joining_takes_half_the_counters_with_their_states(
                              one.tail()[-1500:], two.tail()[-1500:])
         assert_copies_identical(got)
         # the second worker did take partitions, and restored their states
-        assert b"assigned" in two.log.read_bytes() and b"revoked" in one.log.read_bytes()
+        assert b"revoked" in one.log.read_bytes()
+        restored = re.findall(rb"assigned \(\[[0-9, ]+\] restored, (\d+) state record",
+                              two.log.read_bytes())
+        assert restored and int(restored[0]) > 0, two.tail()[-1500:]
     finally:
         two.stop()
         one.stop()
