@@ -472,7 +472,8 @@ def _advance(st: dict[str, Any], ts: int, fabric: str, policy: Policy, out: Outp
             out.incidents.append(_message(inc, "closed", now))
             out.excuses += _excuses(inc, inc["members"], now, end=inc["ended"])
             st["closed"][iid] = {"root": inc["root"], "started": inc["started"],
-                                 "ended": inc["ended"], "members": inc["members"]}
+                                 "ended": inc["ended"], "members": inc["members"],
+                                 "members_are_causes": _members_are_causes(inc)}
             for old in sorted(st["closed"], key=lambda k: st["closed"][k]["ended"])[
                     :-KEEP_CLOSED]:
                 del st["closed"][old]
@@ -492,7 +493,10 @@ def _members_are_causes(inc: dict[str, Any]) -> bool:
     """An SM incident opened by a sweep storm or failover lists the ports whose traps forced
     the sweeps: they are the storm's cause, not its victims. Their own detections are not
     filed under it, so a flapping port still gets its runbook and is isolated (holding it
-    would keep the storm going); the incident pages once for the SM."""
+    would keep the storm going); the incident pages once for the SM. A closed incident keeps
+    only the answer (one closed before it was kept has none: its members were victims)."""
+    if "cause" not in inc:
+        return bool(inc.get("members_are_causes", False))
     return inc["cause"] == IncidentCause.SM_EVENT.value and "detection" in inc["evidence"]
 
 

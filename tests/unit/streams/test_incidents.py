@@ -132,6 +132,28 @@ def test_switch_reboot_is_one_incident_and_isolates_nothing() -> None:
     assert sorted(su["s"]["pending"]) == ["leaf-su01-r2:3"]
 
 
+def test_a_detection_from_a_closed_incidents_time_reaching_the_correlator_late_is_filed() -> None:
+    # a worker restarted mid-stream hands the correlator a member's detection after the
+    # incident closed: it is filed under it (a closed incident once lacked the cause it is
+    # judged by, and such a detection went to the dead letters)
+    _, incs, engine = run([topology(), *spine_reboot(0), *ticks(0, 400 * S)])
+    closed = [i for i in incs if i.state == "closed"]
+    assert closed
+    inc = closed[-1]
+    late = Detection.model_validate({
+        "id": "det:degraded_link/leaf-su01-r4:33/late", "ts": BASE + 100 * S,
+        "fabric": FABRIC, "source": "fabricwatch", "detection": "degraded_link",
+        "device": "leaf-su01-r4", "port": 33, "severity": "warning",
+        "action": "isolate_port", "episode": "degraded_link/leaf-su01-r4:33/late",
+        "evidence": {}})
+    (out,) = [o for o in engine.correlate(late) if isinstance(o, Detection)]
+    assert out.incident == inc.incident
+    # and one after its end is its own
+    after = late.model_copy(update={"id": "det:x/after", "ts": inc.ended + 60 * S})
+    (out,) = [o for o in engine.correlate(after) if isinstance(o, Detection)]
+    assert out.incident is None
+
+
 def test_after_the_incident_a_link_is_judged_on_its_own() -> None:
     after = flap("leaf-su01-r5", 33, 300 * S, n=2)  # two downs after: not a flap alone
     dets, incs, _ = run([topology(), *spine_reboot(0), *after, *ticks(0, 400 * S)])
