@@ -23,9 +23,10 @@ over each fetched batch:
   message repeat exactly its first outputs (``streams.engine.once``).
 * **Idle partitions.** The stale detector's clock is the slowest partition still
   delivering; a fetch can bring one partition's whole backlog before another's, so a
-  partition with records not yet read, or that delivered within ``HOLD_S`` of wall time,
-  is held (never idle) while a batch is applied, and its states are loaded before its
-  first message.
+  partition with records not yet read (its high watermark past the offset after its last
+  delivered record, or not known yet) is held (never idle) while a batch is applied, and
+  its stale slices are loaded before its first message. Wall time plays no part: one whose
+  fetch came back empty is up to date and may be idle.
 * **Rebalance.** Partitions taken away: the batch in hand finishes and is committed first
   (the listener waits for it), then their states are dropped. Partitions given: their
   changelog partitions are read from the start before the first batch.
@@ -68,10 +69,6 @@ FETCH_TIMEOUT_MS = 200
 # (the slowest lane) would see the lanes not yet read as silent.
 MAX_PARTITION_FETCH_BYTES = 1 << 20
 RESTORE_TIMEOUT_S = 300.0
-# A partition that delivered within this many wall seconds is not idle for the stale
-# detector's clock, whatever the other partitions carried since: records published together
-# can reach the fetches a moment apart, one partition's many rounds before another's.
-HOLD_S = 2.0
 
 
 class ChangelogStore:
@@ -149,7 +146,7 @@ class BatchedCounters:
         self.lock = asyncio.Lock()  # a batch in hand, or a rebalance
         self.held: set[int] = set()
         self.kept: set[int] = set()  # revoked, their states not yet dropped
-        self.delivered_at: dict[int, float] = {}  # partition -> monotonic time of its last fetch
+        self.next_offset: dict[int, int] = {}  # partition -> the offset after its last fetch
         self.consumer: Any = None
         self.producer: Any = None
         self.stopping = False
@@ -193,7 +190,7 @@ class BatchedCounters:
         """Apply one fetch, send what it changed and produced, then commit its offsets."""
         sa = self.sa
         pending: list[Awaitable[Any]] = []
-        self.observer.held = frozenset(map(str, await self.holding(batch)))
+        self.observer.held = frozenset(map(str, self.holding(batch)))
         t_start = yielded = time.perf_counter()
         for record in in_turns(batch):
             # a fetch is seconds of work: let the trap path in (as the Faust agent does)
@@ -231,22 +228,19 @@ class BatchedCounters:
             except CommitFailedError as exc:  # a rebalance took them: their owner re-reads
                 log.warning("counters: commit refused after a rebalance: %s", exc)
 
-    async def holding(self, batch: dict[Any, list[Any]]) -> set[int]:
+    def holding(self, batch: dict[Any, list[Any]]) -> set[int]:
         """The held partitions that are not idle for the stale detector's clock while this
-        batch is applied: those in it, those with records not yet read (or whose end is not
-        known yet), and those that delivered within ``HOLD_S``."""
-        now = time.monotonic()
+        batch is applied: those in it, and those with records not yet read (their high
+        watermark past the offset after their last delivered record) or whose end no fetch
+        has told yet. One whose fetch came back empty is up to date: it may be idle."""
         for tp, records in batch.items():
             if records:
-                self.delivered_at[tp.partition] = now
-        out = set()
-        for p in self.held:
-            tp = TopicPartition(registry.COUNTERS.name, p)
-            if now - self.delivered_at.get(p, -HOLD_S) < HOLD_S:
-                out.add(p)
-                continue
-            highwater = self.consumer.highwater(tp)
-            if highwater is None or highwater > await self.consumer.position(tp):
+                self.next_offset[tp.partition] = records[-1].offset + 1
+        out = {tp.partition for tp, records in batch.items() if records}
+        for p in self.held - out:
+            highwater = self.consumer.highwater(TopicPartition(registry.COUNTERS.name, p))
+            after = self.next_offset.get(p)
+            if highwater is None or (after is not None and highwater > after):
                 out.add(p)
         return out
 
@@ -265,7 +259,7 @@ class BatchedCounters:
             self.counters.drop(gone)
             self.stale.drop(gone)
             for p in gone:
-                self.delivered_at.pop(p, None)
+                self.next_offset.pop(p, None)
             new = partitions - self.held - self.kept
             self.kept = set()
             n = await self.restore(new) if new else 0

@@ -11,9 +11,9 @@ A missing port must never look like a healthy one. Pinned semantics:
   the silent ones) and does not hold the clock back, while a lane that is merely behind
   (a worker catching up on one partition's backlog) does, so no device is judged against
   a clock its own partition has not reached. A consumer that knows more than the counts
-  (``held``: a partition with records not yet read, or one that delivered within a moment
-  of wall time) keeps such lanes holding the clock whatever the others carried: a fetch
-  can bring one partition's whole backlog before another's. The clock never goes back. A scope that
+  (``held``: a partition with records not yet read) keeps such lanes holding the clock
+  whatever the others carried: a fetch can bring one partition's whole backlog before
+  another's. The clock never goes back. A scope that
   hears nothing at all moves no clock and declares nothing stale (a collector that stops
   altogether is an alert on its own metrics).
 * **Who is watched.** Each (device, source) pair is a reporting stream with its own expected
@@ -112,7 +112,7 @@ class StaleDetector:
         """Apply one counters message of ``lane``; the (mutated) state and any detections.
 
         ``held``: lanes the consumer knows are not idle, whatever they carried (records
-        not yet read, or delivered a moment ago in wall time): they hold the clock back.
+        not yet read): they hold the clock back.
 
         A host agent's message is one stream per HCA (``Counters.split``; ``parts`` when
         the caller has split it already).
