@@ -107,26 +107,40 @@ async def publish(bootstrap: str, events: list[Event | tuple[str, bytes]]) -> No
 
 
 async def collect(bootstrap: str, topic: str, want: int, prefix: bytes,
-                  wait_s: float = 90.0, settle: float = 3.0) -> list[bytes]:
-    """Values on ``topic`` containing ``prefix``: wait for ``want``, then ``settle`` more."""
+                  wait_s: float = 90.0, settle: float = 3.0, by_id: bool = False
+                  ) -> list[bytes]:
+    """Values on ``topic`` containing ``prefix``: wait for ``want`` (``by_id``: ``want``
+    distinct ids, a copy redelivered after a restart being no more), then ``settle`` more."""
     consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap,
                                 auto_offset_reset="earliest", group_id=None)
     await consumer.start()
     got: list[bytes] = []
+    distinct: set[object] = set()
     try:
         deadline = time.monotonic() + wait_s
         settled_at: float | None = None
         while time.monotonic() < deadline:
             batch = await consumer.getmany(timeout_ms=300)
             for records in batch.values():
-                got += [r.value for r in records if r.value and prefix in r.value]
-            if len(got) >= want and settled_at is None:
+                for r in records:
+                    if r.value and prefix in r.value:
+                        got.append(r.value)
+                        distinct.add(_identity(r.value) if by_id else len(got))
+            if len(distinct) >= want and settled_at is None:
                 settled_at = time.monotonic() + settle
             if settled_at is not None and time.monotonic() >= settled_at:
                 break
     finally:
         await consumer.stop()
     return got
+
+
+def _identity(value: bytes) -> object:
+    try:
+        obj = orjson.loads(value)
+    except orjson.JSONDecodeError:
+        return value
+    return obj.get("id", value) if isinstance(obj, dict) else value
 
 
 def downs(device: str, port: int, times: list[int], base: int, tag: str = "t") -> list[Event]:

@@ -74,7 +74,7 @@ async def test_a_worker_joining_takes_half_the_counters_with_their_states(
         await asyncio.to_thread(two.start)
         await publish(kafka_bootstrap, second)
         got = await collect(kafka_bootstrap, "fabric.detections", len(want), tag.encode(),
-                            wait_s=150, settle=8.0)
+                            wait_s=150, settle=8.0, by_id=True)
         ids = {orjson.loads(v)["id"] for v in got}
         assert ids == want, (sorted(want - ids)[:5], sorted(ids - want)[:5],
                              one.tail()[-1500:], two.tail()[-1500:])

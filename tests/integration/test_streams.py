@@ -135,7 +135,7 @@ async def test_kill_mid_stream_and_restart(either_worker: Worker) -> None:
     await sender
     await asyncio.to_thread(worker.start)
     got = await collect(worker.bootstrap, "fabric.detections", len(want), tag.encode(),
-                        wait_s=180, settle=5.0)
+                        wait_s=180, settle=5.0, by_id=True)
     by_id: dict[str, set[bytes]] = {}
     for v in got:
         by_id.setdefault(orjson.loads(v)["id"], set()).add(v)
@@ -256,7 +256,7 @@ async def test_sim_faults_give_exactly_replays_detections(either_worker: Worker,
     await send_all(worker.bootstrap, messages)
     await asyncio.to_thread(worker.start)
     got = await collect(worker.bootstrap, "fabric.detections", len(want),
-                        f'"fabric":"{tag}"'.encode(), wait_s=150, settle=5.0)
+                        f'"fabric":"{tag}"'.encode(), wait_s=150, settle=5.0, by_id=True)
     assert_replays(got, want, worker.tail())
 
 
@@ -292,7 +292,7 @@ async def test_trap_path_apart_gives_exactly_replays_detections(kafka_bootstrap:
         await asyncio.to_thread(traps.start)
         prefix = f'"fabric":"{tag}"'.encode()
         got = await collect(kafka_bootstrap, "fabric.detections", len(want), prefix,
-                            wait_s=150, settle=5.0)
+                            wait_s=150, settle=5.0, by_id=True)
         assert_replays(got, want, traps.tail() + rest.tail())
         # each process consumed only its own inputs: counters in "rest", traps in "traps"
         assert await committed(kafka_bootstrap, f"{app_id}-traps", "fabric.counters") == 0
