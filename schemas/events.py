@@ -369,8 +369,13 @@ class Counters(Envelope):
         groups: dict[str, list[PortSample]] = {}
         for s in self.ports:
             groups.setdefault(s.device or self.device, []).append(s)
-        return [self.model_copy(update={"id": f"{self.id}/{name}", "device": name,
-                                        "ports": samples})
+        # model_copy(update=...) without its per-copy overhead (a host agent's message
+        # is split on the hot path): the same values, fields set and extras
+        values, extra = self.__dict__, self.__pydantic_extra__
+        fields_set = {"id", "device", "ports", *self.__pydantic_fields_set__}
+        return [checked_model(Counters, {**values, "id": f"{self.id}/{name}", "device": name,
+                                         "ports": samples},
+                              set(fields_set), dict(extra) if extra is not None else None)
                 for name, samples in groups.items()]
 
 
@@ -439,7 +444,7 @@ M = TypeVar("M", bound=BaseModel)
 
 
 def checked_model(cls: type[M], values: dict[str, Any], fields_set: set[str],
-                  extra: dict[str, Any]) -> M:
+                  extra: dict[str, Any] | None) -> M:
     """An instance of ``cls`` from ``values`` its own rules already checked, without
     pydantic's validation: the one place the hot paths (``schemas.fast_counters``, the
     columnar messages' samples) build models. ``values`` in field order, as pydantic's

@@ -62,6 +62,8 @@ from runtime.settings import Settings
 from schemas import (
     Action,
     ContractError,
+    CounterColumns,
+    Counters,
     CountersMessage,
     DeadLetter,
     Detection,
@@ -234,7 +236,8 @@ class StreamsApp:
         # Called by the counters agent with each decoded counters message and its
         # partition (the stale detector), so that a message is decoded once.
         self.counters_observers: list[Callable[[CountersMessage, int,
-                                                list[Awaitable[Any]] | None],
+                                                list[Awaitable[Any]] | None,
+                                                list[Counters] | list[CounterColumns]],
                                                Awaitable[None]]] = []
         self.batched_counters: Any = None
         if self.batched:

@@ -65,11 +65,12 @@ class CountersPath:
         then the observers (the stale detector). ``pending`` collects the sends' delivery
         futures when the caller commits only after them."""
         sa = self.sa
-        for part in msg.split():  # a host agent's message: one part per HCA
+        parts = msg.split()  # a host agent's message: one part per HCA
+        for part in parts:
             await self._part(part, pending)
-        for observe in sa.counters_observers:  # the stale detector
+        for observe in sa.counters_observers:  # the stale detector (the parts split once)
             try:
-                await observe(msg, partition, pending)
+                await observe(msg, partition, pending, parts)
             except Exception:  # its failure is not this message's
                 log.exception("counters observer %s failed on %s", observe, msg.id)
 

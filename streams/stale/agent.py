@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from schemas import CountersMessage
+from schemas import CounterColumns, Counters, CountersMessage
 from schemas import topics as registry
 from streams.common import state_key
 from streams.stale.logic import stream_key
@@ -88,8 +88,10 @@ class StaleObserver:
         self.loaded[(fabric, partition)] = ts
 
     async def observe(self, msg: CountersMessage, partition: int,
-                      pending: list[Awaitable[Any]] | None = None) -> None:
-        """One decoded counters message of ``partition`` (called by the counters path)."""
+                      pending: list[Awaitable[Any]] | None = None,
+                      parts: list[Counters] | list[CounterColumns] | None = None) -> None:
+        """One decoded counters message of ``partition`` (called by the counters path,
+        with ``parts``: the message split, as ``msg.split()``)."""
         if (msg.fabric, partition) not in self.loaded:
             self.load(msg.fabric, partition)
             # the held partitions' slices too, before any of them delivers: a lane
@@ -97,7 +99,8 @@ class StaleObserver:
             for lane in self.held:
                 if (msg.fabric, int(lane)) not in self.loaded:
                     self.load(msg.fabric, int(lane))
-        parts = msg.split()  # a host agent's message: one stream per HCA
+        if parts is None:
+            parts = msg.split()  # a host agent's message: one stream per HCA
         box, detections, _, redelivered = self.sa.engine.apply_stale(
             self.scopes.get(msg.fabric), msg, partition, parts, self.held)
         self.scopes[msg.fabric] = box
