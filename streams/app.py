@@ -470,7 +470,12 @@ class StreamsApp:
                                ) -> None:
             await consumer.stop()
             for task in running:  # its last batch committed, its clients closed
-                await asyncio.wait([task], timeout=10)
+                done, _ = await asyncio.wait([task], timeout=10)
+                if not done:  # stuck in a fetch or a restore: its clients close on cancel
+                    log.warning("counters: the batched consumer did not stop in 10 s; "
+                                "cancelled (its uncommitted batch is read again)")
+                    task.cancel()
+                    await asyncio.wait([task], timeout=5)
 
         self.app.on_before_shutdown.connect(stop_batched)
 

@@ -29,7 +29,11 @@ over each fetched batch:
   fetch came back empty is up to date and may be idle.
 * **Rebalance.** Partitions taken away: the batch in hand finishes and is committed first
   (the listener waits for it), then their states are dropped. Partitions given: their
-  changelog partitions are read from the start before the first batch.
+  changelog partitions are read from the start before the first batch, in the run task
+  (the rebalance callback only notes them: no heartbeat goes out while it runs); one given
+  back keeps its states only if its committed offset is the one after this worker's last
+  record of it. A refused commit (the membership lost) drops the partitions it named. A
+  failed restore stops the worker.
 
 The Faust app still runs every other agent (flap, probes, the correlator, ...); the counters
 and stale agents and their tables are not declared.
@@ -144,8 +148,11 @@ class BatchedCounters:
         self.observer = StaleObserver(sa, self.stale)
         sa.counters_observers.append(self.observer.observe)
         self.lock = asyncio.Lock()  # a batch in hand, or a rebalance
-        self.held: set[int] = set()
+        self.held: set[int] = set()  # assigned, their states ready
         self.kept: set[int] = set()  # revoked, their states not yet dropped
+        # the last assignment, until ``prepare`` has made its states ready (in the run task:
+        # a restore inside the rebalance callback would run while no heartbeat is sent)
+        self.unprepared: set[int] | None = None
         self.next_offset: dict[int, int] = {}  # partition -> the offset after its last fetch
         self.consumer: Any = None
         self.producer: Any = None
@@ -175,9 +182,14 @@ class BatchedCounters:
             self.consumer.subscribe([registry.COUNTERS.name], listener=_Listener(self))
             log.info("counters: batched consumer in group %s", self.group)
             while not self.stopping:
+                if self.unprepared is not None:
+                    async with self.lock:
+                        await self.prepare()
                 batch = await self.consumer.getmany(timeout_ms=FETCH_TIMEOUT_MS)
                 if batch:
                     async with self.lock:
+                        if self.unprepared is not None:
+                            await self.prepare()
                         await self.apply(batch)
         finally:
             await self.consumer.stop()
@@ -225,8 +237,18 @@ class BatchedCounters:
         if offsets:
             try:
                 await self.consumer.commit(offsets)
-            except CommitFailedError as exc:  # a rebalance took them: their owner re-reads
-                log.warning("counters: commit refused after a rebalance: %s", exc)
+            except CommitFailedError as exc:
+                # this worker is no longer the group's owner of them (its membership was
+                # lost): apply nothing more of them and keep none of their states, which are
+                # ahead of the committed offsets; the next assignment restores them
+                refused = {tp.partition for tp in offsets}
+                self.held -= refused
+                self.counters.drop(refused)
+                self.stale.drop(refused)
+                for p in refused:
+                    self.next_offset.pop(p, None)
+                log.warning("counters: commit refused (%s): partitions %s dropped until "
+                            "they are assigned again", exc, sorted(refused))
 
     def holding(self, batch: dict[Any, list[Any]]) -> set[int]:
         """The held partitions that are not idle for the stale detector's clock while this
@@ -234,9 +256,9 @@ class BatchedCounters:
         watermark past the offset after their last delivered record) or whose end no fetch
         has told yet. One whose fetch came back empty is up to date: it may be idle."""
         for tp, records in batch.items():
-            if records:
+            if records and tp.partition in self.held:  # (one revoked meanwhile is skipped)
                 self.next_offset[tp.partition] = records[-1].offset + 1
-        out = {tp.partition for tp, records in batch.items() if records}
+        out = {tp.partition for tp, records in batch.items() if records} & self.held
         for p in self.held - out:
             highwater = self.consumer.highwater(TopicPartition(registry.COUNTERS.name, p))
             after = self.next_offset.get(p)
@@ -246,28 +268,65 @@ class BatchedCounters:
 
     async def revoked(self, partitions: set[int]) -> None:
         async with self.lock:  # the batch in hand is applied and committed first
-            self.held -= partitions
             # their states stay in memory until the assignment: equal to their changelogs
             # (all sent before the commit), so a partition given back needs no restore
-            self.kept |= partitions
+            self.kept |= partitions & self.held
+            self.held -= partitions
+            if self.unprepared is not None:
+                self.unprepared -= partitions
         if partitions:
             log.info("counters: partitions %s revoked", sorted(partitions))
 
     async def assigned(self, partitions: set[int]) -> None:
+        """The rebalance callback: only notes the assignment (``prepare`` acts on it)."""
         async with self.lock:
-            gone = self.kept - partitions  # another worker's now; its copy is the truth
-            self.counters.drop(gone)
-            self.stale.drop(gone)
-            for p in gone:
-                self.next_offset.pop(p, None)
-            new = partitions - self.held - self.kept
-            self.kept = set()
-            n = await self.restore(new) if new else 0
-            self.held |= partitions
-            self.path.reset()
-            self.observer.reset()
+            self.unprepared = set(partitions)
+            self.held = set()
+
+    async def prepare(self) -> None:
+        """Make the last assignment's states ready (under the lock, in the run task).
+
+        Partitions given back keep their states when their committed offset is the one
+        after this worker's last record of them; otherwise (another worker owned them in
+        between: this worker's membership was lost) they are read back like new ones.
+        A failed restore raises: the worker stops rather than judge on empty states."""
+        partitions, self.unprepared = self.unprepared or set(), None
+        gone = self.kept - partitions  # another worker's now; its copy is the truth
+        self.counters.drop(gone)
+        self.stale.drop(gone)
+        for p in gone:
+            self.next_offset.pop(p, None)
+        starts = await self.start_offsets(partitions)
+        moved = {p for p in partitions & self.kept if starts[p] != self.next_offset.get(p)}
+        if moved:
+            self.counters.drop(moved)
+            self.stale.drop(moved)
+            log.warning("counters: partitions %s were committed by another worker since "
+                        "this one had them: read back", sorted(moved))
+        new = partitions - (self.kept - moved)
+        self.kept = set()
+        n = await self.restore(new) if new else 0
+        self.next_offset.update(starts)
+        self.held = set(partitions)
+        self.path.reset()
+        self.observer.reset()
         log.info("counters: partitions %s assigned (%s restored, %d state record(s))",
                  sorted(partitions), sorted(new), n)
+
+    async def start_offsets(self, partitions: set[int]) -> dict[int, int]:
+        """Where this group reads each partition from: its committed offset, or the log's
+        beginning (``auto_offset_reset``) when it has none."""
+        tps = {p: TopicPartition(registry.COUNTERS.name, p) for p in partitions}
+        out: dict[int, int] = {}
+        for p, tp in tps.items():
+            committed = await self.consumer.committed(tp)
+            if committed is not None:
+                out[p] = committed
+        missing = [tps[p] for p in partitions if p not in out]
+        if missing:
+            for tp, offset in (await self.consumer.beginning_offsets(missing)).items():
+                out[tp.partition] = offset
+        return out
 
     async def restore(self, partitions: set[int]) -> int:
         """Read the changelogs' partitions from the start into the stores."""

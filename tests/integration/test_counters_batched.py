@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import signal
 import sys
 import time
 import uuid
@@ -85,5 +86,48 @@ async def test_a_worker_joining_takes_half_the_counters_with_their_states(
                               two.log.read_bytes())
         assert restored and int(restored[0]) > 0, two.tail()[-1500:]
     finally:
+        two.stop()
+        one.stop()
+
+
+async def test_a_worker_out_of_the_group_a_while_reads_back_what_another_committed(
+        kafka_bootstrap: str, tmp_path: Path) -> None:
+    # The first worker stops (SIGSTOP) past its session timeout while counters arrive: the
+    # second takes every partition and commits past the first's states. Woken, the first
+    # rejoins with states that are behind those offsets: it must read them back, not judge
+    # on them, and the detections stay replay's.
+    app_id = f"fw-batched-{uuid.uuid4().hex[:8]}"
+    tag = app_id.rsplit("-", 1)[1]
+    base = int(time.time() * 1000) - 4 * 3600_000
+    parts = [rounds(tag, base, a, b) for a, b in ((0, 15), (15, 35), (35, 50))]
+    want = expected([e for part in parts for e in part])
+    one = Worker(kafka_bootstrap, tmp_path, app_id, env=BATCHED)
+    two = Worker(kafka_bootstrap, tmp_path, app_id, env=BATCHED, index=1)
+    try:
+        await asyncio.to_thread(one.start)
+        await asyncio.to_thread(two.start)
+        await asyncio.sleep(5)  # both in the group, the partitions shared
+        await publish(kafka_bootstrap, parts[0])
+        await collect(kafka_bootstrap, "fabric.detections", 1, tag.encode(), settle=2.0)
+        assert one.proc is not None
+        one.proc.send_signal(signal.SIGSTOP)
+        try:
+            await asyncio.sleep(15)  # past the 10 s session: the second takes them all
+            await publish(kafka_bootstrap, parts[1])
+            await asyncio.sleep(15)  # ...and applies and commits them
+        finally:
+            one.proc.send_signal(signal.SIGCONT)
+        await asyncio.sleep(15)  # the first rejoins and takes its share back
+        await publish(kafka_bootstrap, parts[2])
+        got = await collect(kafka_bootstrap, "fabric.detections", len(want), tag.encode(),
+                            wait_s=150, settle=8.0, by_id=True)
+        ids = {orjson.loads(v)["id"] for v in got}
+        assert ids == want, (sorted(want - ids)[:5], sorted(ids - want)[:5],
+                             one.tail()[-2000:], two.tail()[-1500:])
+        assert_copies_identical(got)
+        assert b"committed by another worker since" in one.log.read_bytes(), one.tail()
+    finally:
+        if one.proc is not None and one.proc.poll() is None:
+            one.proc.send_signal(signal.SIGCONT)
         two.stop()
         one.stop()
