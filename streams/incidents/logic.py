@@ -432,19 +432,23 @@ def _message(inc: dict[str, Any], state: str, ts: int) -> Incident:
 
 def _reason(inc: dict[str, Any]) -> str:
     ev = inc["evidence"]
-    if inc["cause"] == IncidentCause.SM_EVENT.value and "detection" in ev:
+    # an incident inside a maintenance window is told as what it looks like (its evidence
+    # is that kind's: an SM event's has devices, a switch's or node's connected links)
+    kind = ev.get("looks_like", inc["cause"])
+    if kind == IncidentCause.SM_EVENT.value and "detection" in ev:
         what = {"sm_failover": f"master SM changed from {ev.get('from')} to {ev.get('to')}",
                 "sweep_storm": f"{ev.get('sweeps')} heavy sweeps within "
                                f"{ev.get('window_s')} s"}.get(ev["detection"], ev["detection"])
         extra = f", {len(inc['members'])} ports triggered them" if inc["members"] else ""
-        return f"SM event: {inc['root']}: {what}{extra}"
-    if inc["cause"] == IncidentCause.SM_EVENT.value:
-        return (f"SM event: {inc['root']} reported {ev['links_down']} links of "
+        text = f"SM event: {inc['root']}: {what}{extra}"
+    elif kind == IncidentCause.SM_EVENT.value:
+        text = (f"SM event: {inc['root']} reported {ev['links_down']} links of "
                 f"{ev['devices']} devices down within {ev['spread_ms'] / 1000:.1f} s")
-    what = {"switch_reboot": "switch reboot or power loss", "node_reboot": "node reboot"}.get(
-        ev.get("looks_like", inc["cause"]), inc["cause"])
-    text = (f"{what}: {ev['links_down']} of {ev['connected']} links of {inc['root']} down "
-            f"within {ev['spread_ms'] / 1000:.1f} s")
+    else:
+        what = {"switch_reboot": "switch reboot or power loss",
+                "node_reboot": "node reboot"}.get(kind, kind)
+        text = (f"{what}: {ev['links_down']} of {ev['connected']} links of {inc['root']} "
+                f"down within {ev['spread_ms'] / 1000:.1f} s")
     if "window" in ev:
         text += f", in maintenance window {ev['window']}"
     return text

@@ -372,6 +372,31 @@ def test_an_sm_storm_across_the_fabric_is_one_sm_event() -> None:
     assert {i.cause.value for i in incs} == {"switch_reboot"}
 
 
+def test_an_sm_storm_in_a_fabric_wide_maintenance_window_is_the_maintenance() -> None:
+    # its reason is told as the SM event it looks like (it once read the switch's
+    # "connected" links, which an SM event has not: KeyError, every down dead-lettered)
+    links = [TopologyLink(a_device=f"leaf-su02-r{leaf}", a_port=h + 1,
+                          b_device=f"n{leaf:02d}{h}/mlx5_0", b_port=1)
+             for leaf in range(20) for h in range(2)]
+    topo = Topology(id="sm-topo", ts=BASE, fabric=FABRIC, source="ibnetdiscover", links=links)
+    window = Maintenance(id="mw-f", ts=BASE, fabric=FABRIC, source="fabricwatch",
+                         window="mw-f", scope="fabric", target=FABRIC, start=BASE,
+                         end=BASE + 3600 * S, reason="SM upgrade", actor="carol")
+    sweep = [PortEvent(id=f"sm/{leaf}", ts=BASE + 10 * S + leaf * 50, fabric=FABRIC,
+                       source="opensm", device=f"leaf-su02-r{leaf}", port=1, state="down",
+                       reason="ACTIVE -> DOWN") for leaf in range(20)]
+    back = [e.model_copy(update={"id": f"{e.id}/up", "ts": e.ts + 60 * S, "state": "up",
+                                 "reason": None}) for e in sweep]
+    _, incs, _ = run([topo, window, *sweep, *back, *ticks(20 * S, 900 * S)])
+    assert incs and len({i.incident for i in incs}) == 1
+    first, last = incs[0], incs[-1]
+    assert (first.cause.value, first.root) == ("maintenance", "opensm")
+    assert first.evidence["looks_like"] == "sm_event" and first.evidence["window"] == "mw-f"
+    assert (first.reason or "").startswith("SM event: opensm reported")
+    assert "in maintenance window mw-f" in (first.reason or "")
+    assert last.state == "closed"
+
+
 def test_an_isolation_undone_by_hand_stops_excusing_at_the_link_up() -> None:
     # isolated by fabricwatch, un-isolated by a human (no record of ours): its link comes up,
     # and from then on its downs count again
