@@ -331,7 +331,7 @@ def _sm_detection(st: dict[str, Any], det: Detection, su_of: Callable[[str], str
     """An SM failover or sweep storm (streams.sm) opens an ``sm_event`` incident, or joins
     the one open for that SM: the ports whose traps forced the sweeps become members (named
     in the page). They are the storm's cause: not excused (their flaps still count) and not
-    filed under the incident (``_members_are_causes``), so their runbooks isolate them."""
+    filed under the incident (``_causes``), so their runbooks isolate them."""
     root = str(det.evidence.get("reported_by") or det.source)
     ports = [p for p in det.evidence.get("ports") or [] if isinstance(p, str) and ":" in p]
     held = next((inc for inc in st["open"].values()
@@ -345,6 +345,9 @@ def _sm_detection(st: dict[str, Any], det: Detection, su_of: Callable[[str], str
         new = sorted(set(ports) - set(held["members"]))
         if new:
             held["members"] = sorted({*held["members"], *new})
+        # the trigger ports are causes whichever opened the incident (the SM's downs
+        # first, as is common, or this detection)
+        held["causes"] = sorted({*_causes(held), *ports})
         held["rev"] += 1
         out.incidents.append(_message(held, "update", det.ts))
         return det.model_copy(update={"incident": held["incident"]})
@@ -358,7 +361,8 @@ def _sm_detection(st: dict[str, Any], det: Detection, su_of: Callable[[str], str
     iid = f"inc/{IncidentCause.SM_EVENT.value}/{root}/{started}"
     inc = {"incident": iid, "cause": IncidentCause.SM_EVENT.value, "root": root,
            "fabric": det.fabric, "su": None, "started": started, "last_change": det.ts,
-           "links": {}, "members": sorted(set(ports)), "rev": 0, "evidence": evidence}
+           "links": {}, "members": sorted(set(ports)), "causes": sorted(set(ports)),
+           "rev": 0, "evidence": evidence}
     st["open"][iid] = inc
     out.incidents.append(_message(inc, "open", det.ts))
     return det.model_copy(update={"incident": iid})
@@ -477,7 +481,7 @@ def _advance(st: dict[str, Any], ts: int, fabric: str, policy: Policy, out: Outp
             out.excuses += _excuses(inc, inc["members"], now, end=inc["ended"])
             st["closed"][iid] = {"root": inc["root"], "started": inc["started"],
                                  "ended": inc["ended"], "members": inc["members"],
-                                 "members_are_causes": _members_are_causes(inc)}
+                                 "causes": _causes(inc)}
             for old in sorted(st["closed"], key=lambda k: st["closed"][k]["ended"])[
                     :-KEEP_CLOSED]:
                 del st["closed"][old]
@@ -493,15 +497,19 @@ def _belongs(det: Detection, root: str, members: list[str]) -> bool:
     return (det.key in members or det.device == root or host_of(det.device) == root)
 
 
-def _members_are_causes(inc: dict[str, Any]) -> bool:
-    """An SM incident opened by a sweep storm or failover lists the ports whose traps forced
-    the sweeps: they are the storm's cause, not its victims. Their own detections are not
-    filed under it, so a flapping port still gets its runbook and is isolated (holding it
-    would keep the storm going); the incident pages once for the SM. A closed incident keeps
-    only the answer (one closed before it was kept has none: its members were victims)."""
-    if "cause" not in inc:
-        return bool(inc.get("members_are_causes", False))
-    return inc["cause"] == IncidentCause.SM_EVENT.value and "detection" in inc["evidence"]
+def _causes(inc: dict[str, Any]) -> list[str]:
+    """The members that caused the incident rather than suffered it: the ports whose traps
+    forced an SM's sweep storm or failover (``_sm_detection`` names them). Their own
+    detections are not filed under it, so a flapping port still gets its runbook and is
+    isolated (holding it would keep the storm going); the incident pages once for the SM.
+    A state written before causes were kept: every member of an incident a detection
+    opened, none of the others (a closed entry of then: none)."""
+    if "causes" in inc:
+        return list(inc["causes"])
+    if inc.get("cause") == IncidentCause.SM_EVENT.value and "detection" in inc.get(
+            "evidence", {}):
+        return list(inc["members"])
+    return []
 
 
 def annotate(st: dict[str, Any], idx: dict[str, Any], det: Detection,
@@ -511,14 +519,14 @@ def annotate(st: dict[str, Any], idx: dict[str, Any], det: Detection,
     if det.incident is None:
         for iid in sorted(st["open"]):
             inc = st["open"][iid]
-            if (inc["fabric"] == det.fabric and not _members_are_causes(inc)
+            if (inc["fabric"] == det.fabric and det.key not in _causes(inc)
                     and _belongs(det, inc["root"], inc["members"])):
                 update["incident"] = iid
                 break
         else:
             for iid in sorted(st["closed"]):
                 c = st["closed"][iid]
-                if (c["started"] <= det.ts <= c["ended"] and not _members_are_causes(c)
+                if (c["started"] <= det.ts <= c["ended"] and det.key not in _causes(c)
                         and _belongs(det, c["root"], c["members"])):
                     update["incident"] = iid
                     break

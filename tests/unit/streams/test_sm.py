@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from schemas import Detection, DetectionKind, Incident, SmEvent
+from schemas import (
+    Detection,
+    DetectionKind,
+    Incident,
+    PortEvent,
+    SmEvent,
+    Topology,
+    TopologyLink,
+)
 from schemas.events import IncidentCause
 from schemas.policy import Policy
 from streams.engine import Engine
@@ -135,6 +143,40 @@ def test_sweep_storm_opens_one_sm_incident_that_its_ports_flaps_join() -> None:
     # quiet for the settle time: it closes
     later = engine.feed_all(sm("standby", T0 + 23_000 + 121_000, sm="sm-2", sms=["sm-3"]))
     assert [o.state for o in later if isinstance(o, Incident)] == ["closed"]
+
+
+def test_a_storm_joining_the_sm_incident_its_downs_opened_names_its_causes() -> None:
+    # the common order: the SM's downs open the incident, then the sweep storm naming the
+    # port whose traps forced the sweeps joins it. That port is a cause (its flap keeps its
+    # runbook); the downs' ports are victims (filed under the incident)
+    engine = Engine(Policy())
+    links = [TopologyLink(a_device=f"leaf-su02-r{leaf}", a_port=h + 1,
+                          b_device=f"n{leaf:02d}{h}/mlx5_0", b_port=1)
+             for leaf in range(20) for h in range(2)]
+    engine.feed_all(Topology(id="t", ts=T0, fabric="f", source="ibnetdiscover", links=links))
+    out: list[Detection | Incident] = []
+    for leaf in range(20):
+        out += engine.feed_all(PortEvent(
+            id=f"sm/{leaf}", ts=T0 + 1000 + leaf * 50, fabric="f", source="opensm",
+            device=f"leaf-su02-r{leaf}", port=1, state="down", reason="ACTIVE -> DOWN"))
+    opened = [o for o in out if isinstance(o, Incident)]
+    assert opened and opened[0].cause == IncidentCause.SM_EVENT
+    for i in range(4):
+        out += engine.feed_all(sweep(T0 + 2000 + i * 5000, "leaf-su03-r0:9"))
+    storm = [o for o in out if isinstance(o, Detection)
+             and o.detection == DetectionKind.SWEEP_STORM]
+    assert storm and storm[0].incident == opened[0].incident  # joined, not a second one
+
+    def filed(device: str, port: int) -> str | None:
+        det = Detection(id=f"det:{device}:{port}", ts=T0 + 30_000, fabric="f",
+                        source="fabricwatch", device=device, port=port,
+                        detection=DetectionKind.FLAP, severity="critical",
+                        action="isolate_port", episode=f"flap/{device}:{port}")
+        [annotated] = [o for o in engine.correlate(det) if isinstance(o, Detection)]
+        return annotated.incident
+
+    assert filed("leaf-su03-r0", 9) is None  # the cause: its own runbook isolates it
+    assert filed("leaf-su02-r4", 1) == opened[0].incident  # a victim: under the incident
 
 
 def test_replaying_the_same_sm_events_gives_the_same_detections() -> None:
