@@ -19,6 +19,7 @@ report), which consumers drop.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +32,8 @@ from streams.stale.logic import stream_key
 
 if TYPE_CHECKING:
     from streams.app import StreamsApp
+
+log = logging.getLogger(__name__)
 
 PERSIST_EVERY_MS = 5_000
 
@@ -60,6 +63,12 @@ class StaleObserver:
         if not stored:
             return
         piece = orjson.loads(stored)
+        if not all(isinstance(rec, list) for rec in piece.get("s", {}).values()):
+            # a slice of an older layout (the whole scope's state under the key): its
+            # streams are known again from their next reports
+            log.warning("stale: slice %s/p%s is of an older layout; not restored", fabric,
+                        partition)
+            return
         box = self.scopes.setdefault(fabric, {"s": None, "r": []})
         if box["s"] is None:
             box["s"] = {"clock": None, "checked": None, "fabric": fabric, "n": 0, "w": {},

@@ -409,3 +409,22 @@ def test_a_pause_the_fabric_shared_fires_nothing_in_replay_or_a_worker(data: st.
     for e, which in round_robin(events, lane, data.draw(st.sampled_from([1, 3, 10, 40]))):
         state, out = det.step(state, e, which)
         assert out == [], (e.device, e.ts)
+
+
+def test_a_slice_of_an_older_layout_is_not_restored_and_a_current_one_is() -> None:
+    import orjson
+
+    from streams.common import state_key
+    from streams.stale.agent import StaleObserver
+
+    old = {"s": {"clock": 5, "checked": 5, "fabric": "lab", "n": 1, "w": {}, "s": {}},
+           "r": [], "p": 5}  # a whole scope's box, as an earlier version stored it
+    current = {"w": 9, "s": {"gnmi\x1fleaf1": [9, 10000.0, None, {}]}}
+    table = {state_key("lab", "p0").encode(): orjson.dumps(old),
+             state_key("lab", "p1").encode(): orjson.dumps(current)}
+    observer = StaleObserver(None, table)  # type: ignore[arg-type]  # load reads the table only
+    observer.load("lab", 0)
+    assert observer.scopes == {}  # skipped, not read as streams named clock, checked, ...
+    observer.load("lab", 1)
+    assert observer.scopes["lab"]["s"]["s"] == current["s"]
+    assert observer.partition_of["lab"] == {"gnmi\x1fleaf1": 1}
