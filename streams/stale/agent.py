@@ -14,7 +14,10 @@ every ``PERSIST_EVERY_MS`` of event time. After a rebalance the memory is droppe
 partition's slice is loaded again with its first message. A slice restored older than it
 was has older last-seen times that the next messages refresh; an episode opened since its
 last write fires again after a crash with the same id (its episode is the device's last
-report), which consumers drop.
+report), which consumers drop. A device's episode opens with the message of whichever
+partition moved the clock, not its own (it is silent): the slice written then carries the
+open episodes of other partitions' streams (``"o"``), and loading it reopens them on their
+streams, so a rebalance during a silence still ends it with ``stale_end``.
 """
 
 from __future__ import annotations
@@ -51,11 +54,15 @@ class StaleObserver:
         # lanes (partitions) the consumer knows are not idle (``StaleDetector.step``); set
         # by the batched consumer for each batch, empty under Faust's agent
         self.held: frozenset[str] = frozenset()
+        # fabric -> stream key -> [episode, its last report ts, interval]: the open episodes
+        # a loaded slice recorded for streams of other partitions (see ``persist``)
+        self.foreign: dict[str, dict[str, list[Any]]] = {}
 
     def reset(self) -> None:
         self.scopes.clear()
         self.partition_of.clear()
         self.loaded.clear()
+        self.foreign.clear()
 
     def load(self, fabric: str, partition: int) -> None:
         stored = self.table.get(state_key(fabric, f"p{partition}").encode())
@@ -84,6 +91,14 @@ class StaleObserver:
             self.partition_of.setdefault(fabric, {})[key] = partition
         if piece.get("w") is not None:  # this partition's lane, as active as of now
             state["w"][str(partition)] = [int(piece["w"]), state["n"]]
+        known = self.foreign.setdefault(fabric, {})
+        known.update(piece.get("o", {}))
+        for key, (episode, last, interval) in known.items():
+            rec = state["s"].get(key)
+            # still open unless the stream has reported since (its own slice, written at
+            # its episode's end, is newer); its slice may be older than the silence began
+            if rec is not None and rec[2] is None and rec[0] <= last:
+                rec[0], rec[1], rec[2] = last, interval, episode
 
     def persist(self, fabric: str, partition: int, ts: int) -> None:
         state = self.scopes[fabric]["s"]
@@ -93,6 +108,14 @@ class StaleObserver:
                  "s": {k: v for k, v in state["s"].items() if mine.get(k) == partition},
                  "g": {k: v for k, v in state.get("g", {}).items() if mine.get(k) == partition},
                  "r": {k: v for k, v in state.get("r", {}).items() if mine.get(k) == partition}}
+        # A device's episode opens on whichever partition's message moved the clock, while
+        # its own slice is written only with its own messages, which do not come while it is
+        # silent: the open episodes of other partitions' streams ride along here, or a
+        # rebalance would forget them (no stale_end ever) and the silence would be learned.
+        foreign = {k: [rec[2], rec[0], rec[1]] for k, rec in state["s"].items()
+                   if rec[2] is not None and mine.get(k) != partition}
+        if foreign:
+            piece["o"] = foreign
         self.table[state_key(fabric, f"p{partition}").encode()] = orjson.dumps(piece)
         self.loaded[(fabric, partition)] = ts
 

@@ -428,3 +428,50 @@ def test_a_slice_of_an_older_layout_is_not_restored_and_a_current_one_is() -> No
     observer.load("lab", 1)
     assert observer.scopes["lab"]["s"]["s"] == current["s"]
     assert observer.partition_of["lab"] == {"gnmi\x1fleaf1": 1}
+
+
+@pytest.mark.parametrize("order", ["others_first", "silent_first_held"])
+def test_a_rebalance_during_a_silence_still_ends_the_episode(order: str) -> None:
+    # the silent device is alone on partition 0: its episode opens with a message of
+    # partition 1, whose slice must carry it; after the observer's memory is dropped (a
+    # rebalance), its return ends that very episode rather than opening another
+    import asyncio
+    from types import SimpleNamespace
+
+    from streams.engine import Engine
+    from streams.stale.agent import StaleObserver
+
+    published: list = []  # type: ignore[type-arg]
+
+    async def publish(dets: list, pending: object = None) -> None:  # type: ignore[type-arg]
+        published.extend(dets)
+
+    sa = SimpleNamespace(engine=Engine(Policy()), publish=publish)
+    observer = StaleObserver(sa, {})  # type: ignore[arg-type]
+    silent, rest = DEVICES[0], DEVICES[1:]
+
+    def feed(device: str, t: int) -> None:
+        asyncio.run(observer.observe(msg(device, t), 0 if device == silent else 1))
+
+    for t in range(30):
+        for d in ([silent] if t < 10 else []) + rest:
+            feed(d, t * S)
+    opened = [d for d in published if d.detection == DetectionKind.STALE]
+    assert [d.device for d in opened] == [silent]
+    observer.reset()  # the rebalance: memory dropped, slices loaded again
+    if order == "silent_first_held":
+        observer.held = frozenset({"0", "1"})  # the batched consumer's eager load
+        feed(silent, 31 * S)
+        for d in rest:
+            feed(d, 31 * S)
+    else:
+        for d in rest:
+            feed(d, 30 * S)
+        feed(silent, 31 * S)
+    for t in range(32, 40):
+        for d in DEVICES:
+            feed(d, t * S)
+    ends = [d for d in published if d.detection == DetectionKind.STALE_END]
+    again = [d for d in published if d.detection == DetectionKind.STALE]
+    assert [(e.device, e.episode) for e in ends] == [(silent, opened[0].episode)]
+    assert {d.id for d in again} == {opened[0].id}  # no second episode for that silence
