@@ -609,7 +609,10 @@ def outputs_to_wire(out: Outputs) -> list[Any]:
 def outputs_from_wire(obj: list[Any], event: CorrelatorInput) -> Outputs:
     dets: list[Detection] = []
     if isinstance(event, Detection):
-        for incident, maintenance in obj[2]:
+        for kept in obj[2]:
+            # [incident, maintenance]; a whole detection in states kept before that
+            incident, maintenance = ((kept.get("incident"), kept.get("maintenance"))
+                                     if isinstance(kept, dict) else kept)
             update = {k: v for k, v in (("incident", incident), ("maintenance", maintenance))
                       if v is not None}
             dets.append(event.model_copy(update=update) if update else event)

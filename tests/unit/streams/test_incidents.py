@@ -452,3 +452,20 @@ def test_a_member_flap_that_raced_its_excuse_is_not_published() -> None:
     # one that also counts three downs of its own before the reboot is a flap all the same
     (kept,) = engine.correlate(flap_of([-90 * S, -60 * S, -30 * S, 400]))
     assert isinstance(kept, Detection) and kept.incident is not None
+
+
+def test_a_redelivery_kept_by_an_earlier_version_repeats_its_annotation() -> None:
+    # states of an earlier version kept each redelivery's whole detection, not the
+    # [incident, maintenance] pair: a redelivery across the upgrade gives the same answer
+    from streams.incidents.logic import outputs_from_wire
+
+    det = Detection.model_validate({
+        "id": "det:flap/leaf-su01-r2:3/1", "ts": BASE, "fabric": FABRIC,
+        "source": "fabricwatch", "detection": "flap", "device": "leaf-su01-r2", "port": 3,
+        "severity": "critical", "action": "isolate_port", "episode": "flap/leaf-su01-r2:3/1",
+        "evidence": {}})
+    filed = det.model_copy(update={"incident": "inc/x"})
+    for kept in ([["inc/x", None]], [filed.to_wire()]):
+        out = outputs_from_wire([[], [], kept], det)
+        assert [d.incident for d in out.detections] == ["inc/x"]
+        assert out.detections[0].model_dump() == filed.model_dump()
