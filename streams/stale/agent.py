@@ -88,7 +88,10 @@ class StaleObserver:
                 for part in ("g", "r"):  # its pending gaps and its run since a silence
                     if key in piece.get(part, {}):
                         state.setdefault(part, {})[key] = piece[part][key]
-            self.partition_of.setdefault(fabric, {})[key] = partition
+                    else:  # the newer slice's word on them, not the older one's
+                        state.get(part, {}).pop(key, None)
+                # (a stream in two slices: the partitions were resized; the newer is its own)
+                self.partition_of.setdefault(fabric, {})[key] = partition
         if piece.get("w") is not None:  # this partition's lane, as active as of now
             state["w"][str(partition)] = [int(piece["w"]), state["n"]]
         known = self.foreign.setdefault(fabric, {})
