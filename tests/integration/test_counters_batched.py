@@ -57,6 +57,18 @@ def rounds(tag: str, base: int, first: int, last: int) -> list[Event | tuple[str
     return out
 
 
+async def assert_replay_detections(bootstrap: str, tag: str, want: set[str], one: Worker,
+                                   two: Worker) -> None:
+    """The two workers published exactly replay's detections, each once or as identical
+    copies."""
+    got = await collect(bootstrap, "fabric.detections", len(want), tag.encode(),
+                        wait_s=150, settle=8.0, by_id=True)
+    ids = {orjson.loads(v)["id"] for v in got}
+    assert ids == want, (sorted(want - ids)[:5], sorted(ids - want)[:5],
+                         one.tail()[-2000:], two.tail()[-1500:])
+    assert_copies_identical(got)
+
+
 async def test_a_worker_joining_takes_half_the_counters_with_their_states(
         kafka_bootstrap: str, tmp_path: Path) -> None:
     app_id = f"fw-batched-{uuid.uuid4().hex[:8]}"
@@ -74,12 +86,7 @@ async def test_a_worker_joining_takes_half_the_counters_with_their_states(
         await collect(kafka_bootstrap, "fabric.detections", 1, tag.encode(), settle=0.0)
         await asyncio.to_thread(two.start)
         await publish(kafka_bootstrap, second)
-        got = await collect(kafka_bootstrap, "fabric.detections", len(want), tag.encode(),
-                            wait_s=150, settle=8.0, by_id=True)
-        ids = {orjson.loads(v)["id"] for v in got}
-        assert ids == want, (sorted(want - ids)[:5], sorted(ids - want)[:5],
-                             one.tail()[-1500:], two.tail()[-1500:])
-        assert_copies_identical(got)
+        await assert_replay_detections(kafka_bootstrap, tag, want, one, two)
         # the second worker did take partitions, and restored their states
         assert b"revoked" in one.log.read_bytes()
         restored = re.findall(rb"assigned \(\[[0-9, ]+\] restored, (\d+) state record",
@@ -119,12 +126,7 @@ async def test_a_worker_out_of_the_group_a_while_reads_back_what_another_committ
             one.proc.send_signal(signal.SIGCONT)
         await asyncio.sleep(15)  # the first rejoins and takes its share back
         await publish(kafka_bootstrap, parts[2])
-        got = await collect(kafka_bootstrap, "fabric.detections", len(want), tag.encode(),
-                            wait_s=150, settle=8.0, by_id=True)
-        ids = {orjson.loads(v)["id"] for v in got}
-        assert ids == want, (sorted(want - ids)[:5], sorted(ids - want)[:5],
-                             one.tail()[-2000:], two.tail()[-1500:])
-        assert_copies_identical(got)
+        await assert_replay_detections(kafka_bootstrap, tag, want, one, two)
         assert b"committed by another worker since" in one.log.read_bytes(), one.tail()
     finally:
         if one.proc is not None and one.proc.poll() is None:
