@@ -58,9 +58,11 @@ async def truncate_contract_topics(bootstrap: str) -> int:
 
 @pytest.fixture(scope="module", autouse=True)
 def _truncated_after_module(request: pytest.FixtureRequest) -> Iterator[None]:
-    yield
     items = [i for i in request.session.items if i.module is request.module]
-    if not any("kafka_bootstrap" in i.fixturenames for i in items):
-        return  # the module never used the session's broker (it may not even run)
-    bootstrap = request.getfixturevalue("kafka_bootstrap")
-    asyncio.run(truncate_contract_topics(bootstrap))
+    # Asked for before the module's tests run (pytest refuses new fixtures in a teardown);
+    # a module that never uses the session's broker does not start it.
+    bootstrap = (request.getfixturevalue("kafka_bootstrap")
+                 if any("kafka_bootstrap" in i.fixturenames for i in items) else None)
+    yield
+    if bootstrap is not None:
+        asyncio.run(truncate_contract_topics(bootstrap))
