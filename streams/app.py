@@ -57,7 +57,7 @@ from typing import Any
 
 import faust
 
-from runtime import metrics
+from runtime import metrics, taskdump
 from runtime.settings import Settings
 from schemas import (
     Action,
@@ -450,6 +450,10 @@ class StreamsApp:
         @self.app.timer(interval=5.0)  # type: ignore[untyped-decorator]
         async def report() -> None:
             log.info("streams: %s", self.stats)
+
+        @self.app.task  # type: ignore[untyped-decorator]
+        async def dump_on_sigusr1() -> None:
+            taskdump.install(asyncio.get_running_loop())
 
 
     def _register_batched(self, consumer: Any) -> None:
