@@ -20,7 +20,9 @@ Pinned semantics (ARCHITECTURE.md, "Detection semantics"):
   ``increase - (trap downs of the port in (start, ts])`` when that is positive, placed at the
   sample time ``ts`` (the moment the down became known). A trap that arrives later inside
   that interval takes the place of one such counter-revealed down, so no down is counted
-  twice whichever arrives first. Two sources reading one port's PMA counter (perfquery and
+  twice whichever arrives first. Such an interval moves the port's watermark only to its
+  ``start``: the traps of ``(start, ts]`` travel another topic and may come after it, and
+  are not late for that. Two sources reading one port's PMA counter (perfquery and
   UFM, say) keep apart counter states and both reveal the same downs: within a window
   only the source that revealed the port's latest counted downs counts (another's
   increases are the same downs, ``other_source``), until it has revealed none for a window.
@@ -252,7 +254,11 @@ def step(state: FlapState, event: FlapInput, policy: Policy) -> tuple[FlapState,
     else:
         if any(iv[0] == event.id for iv in state.intervals):
             return state, _redeliver(state, event.id)
-        state.watermark = event.ts if state.watermark is None else max(state.watermark, event.ts)
+        # A counter interval says where the port's event time stands only up to its start:
+        # its downs lie somewhere in (start, ts], and the traps of that span may still be on
+        # their way (another topic, another hop), so they must not arrive "late".
+        state.watermark = (event.start if state.watermark is None
+                           else max(state.watermark, event.start))
         if event.increase <= 0:
             return state, []
         held = state.counter_source

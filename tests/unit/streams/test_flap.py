@@ -189,6 +189,21 @@ def test_counter_increase_matching_traps_is_not_counted_twice() -> None:
     assert fired_ts(events) == []
 
 
+def test_a_counter_interval_does_not_make_its_own_traps_late() -> None:
+    # Traps at 0 and 60 s, the counter read at 90 s with 2 downs since its sample at 0 (the
+    # trap at 60 s and one more): three downs whichever topic the worker reads first. The
+    # counter downs travel another topic (and a hop more), so the trap at 0, 90 s before the
+    # sample and past the 60 s lateness, must not be dropped as late when they come first.
+    traps = [down(0), down(M)]
+    counter = cdowns("c2", 0, 90 * S, 2)
+    assert fired_ts([*traps, counter]) == [90 * S]
+    assert fired_ts([counter, *traps]) == [90 * S]
+    assert fired_ts([traps[1], counter, traps[0]]) == [90 * S]
+    # ...while a trap older than the interval's start by more than the lateness still is
+    state, fired = run([counter, down(-2 * M)])
+    assert fired == [] and state.late_dropped == 1
+
+
 def test_state_survives_json_roundtrip() -> None:
     events: list[PortEvent | CounterDowns] = [
         down(0), down(10 * M), up(10 * M + 1), cdowns("x", 11 * M, 12 * M, 1),
