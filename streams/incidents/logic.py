@@ -27,6 +27,10 @@ Causes recognised (``schemas.policy.Incidents`` holds every threshold):
   members (not excused: a flapping port causes the storm), and the SM's downs that follow
   join it as above. Such an incident closes ``settle`` after its last change.
 
+"Within ``spread``" is in event time, whatever order the downs arrive in: the downs counted
+are those of the fullest span of ``spread`` that holds the newest arrival (``_burst``), never
+a down hours ahead that is still remembered.
+
 An incident is published when it opens, when its members change and when it closes; its
 members are the port keys of both ends of every link of the root that went down while it
 was open. Its members' downs in ``[started, ended]`` are excused from the flap detector
@@ -50,6 +54,7 @@ the far ends of the device's links; ``su`` the devices of that SU; ``fabric`` ev
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -283,8 +288,9 @@ def _port_event(st: dict[str, Any], idx: dict[str, Any], ev: PortEvent, policy: 
         recent[link] = [ev.ts, ends]
         for lid in [lid for lid, (ts, _) in recent.items() if ts < ev.ts - spread]:
             del recent[lid]
-        if _enough(kind, root, len(recent), idx, policy):
-            _open(st, idx, kind, root, recent, ev, su_of, out)
+        burst = _burst(recent, ev.ts, spread)
+        if _enough(kind, root, len(burst), idx, policy):
+            _open(st, idx, kind, root, burst, ev, su_of, out)
             del st["recent"][f"{kind}:{root}"]
     if ev.source in SM_SOURCES:
         _sm_down(st, idx, link, ends, ev, policy, su_of, out)
@@ -314,15 +320,16 @@ def _sm_down(st: dict[str, Any], idx: dict[str, Any], link: str, ends: list[str]
     spread = round(cfg.spread * 1000)
     for lid in [lid for lid, (ts, _) in recent.items() if ts < ev.ts - spread]:
         del recent[lid]
-    if len(recent) < cfg.sm_min_links:
+    burst = _burst(recent, ev.ts, spread)
+    if len(burst) < cfg.sm_min_links:
         return
     devices: dict[str, int] = {}
-    for _, keys in recent.values():
+    for _, keys in burst.values():
         for device in {_device_of(k) for k in keys}:
             devices[device] = devices.get(device, 0) + 1
-    if len(devices) < cfg.sm_min_devices or max(devices.values()) * 2 > len(recent):
+    if len(devices) < cfg.sm_min_devices or max(devices.values()) * 2 > len(burst):
         return  # few devices, or one device holds most of it: a switch's own incident
-    _open(st, idx, "sm", ev.source, recent, ev, su_of, out)
+    _open(st, idx, "sm", ev.source, burst, ev, su_of, out)
     st["sm_recent"] = {}
 
 
@@ -366,6 +373,27 @@ def _sm_detection(st: dict[str, Any], det: Detection, su_of: Callable[[str], str
     st["open"][iid] = inc
     out.incidents.append(_message(inc, "open", det.ts))
     return det.model_copy(update={"incident": iid})
+
+
+def _burst(recent: dict[str, Any], ts: int, spread: int) -> dict[str, Any]:
+    """The links of ``recent`` (link -> [down ts, ends]) in the fullest span of ``spread``
+    that holds ``ts``: the downs that happened together with this one.
+
+    The correlator's input interleaves partitions and sources, so a down can arrive after
+    later ones, and ``recent`` may hold a down far ahead in event time (a replayed backlog,
+    another tool's clock) that no older down prunes; counted with this one it would make a
+    storm of downs hours apart. Arriving in order, every down of ``recent`` is within
+    ``spread`` before ``ts`` (older ones are pruned): the span is all of them."""
+    near = sorted((t, lid) for lid, (t, _) in recent.items() if ts - spread <= t <= ts + spread)
+    times = [t for t, _ in near]
+    best = (0, 0)
+    for i, start in enumerate(times):  # spans [start, start + spread] that hold ts
+        if start > ts:
+            break
+        end = bisect.bisect_right(times, start + spread)
+        if end - i > best[1] - best[0]:
+            best = (i, end)
+    return {lid: recent[lid] for _, lid in near[best[0]:best[1]]}
 
 
 def _enough(kind: str, root: str, downs: int, idx: dict[str, Any], policy: Policy) -> bool:

@@ -469,3 +469,27 @@ def test_a_redelivery_kept_by_an_earlier_version_repeats_its_annotation() -> Non
         out = outputs_from_wire([[], [], kept], det)
         assert [d.incident for d in out.detections] == ["inc/x"]
         assert out.detections[0].model_dump() == filed.model_dump()
+
+
+def test_downs_hours_apart_are_not_one_storm_whatever_order_they_arrive_in() -> None:
+    # Twelve leaves' links drop together; four other leaves' downs came in earlier but are
+    # five hours later in event time (another test's backlog, a skewed clock). Together they
+    # would pass 16 links of 8 devices; within the spread they are 12 links: no SM event.
+    def dn(leaf: int, t: int) -> PortEvent:
+        return PortEvent(id=f"sm/{leaf}/{t}", ts=BASE + t, fabric=FABRIC, source="opensm",
+                         device=f"leaf-su03-r{leaf}", port=5, state="down")
+
+    later = [dn(leaf, 5 * 3600 * S) for leaf in range(20, 24)]
+    storm = [dn(leaf, 10 * S + leaf * 10) for leaf in range(12)]
+    engine = Engine(Policy())
+    incs = [item for ev in [*later, *storm] for item in engine.feed_all(ev)
+            if isinstance(item, Incident)]
+    assert incs == []
+    # ...and sixteen leaves' downs within the spread are one, though the earliest arrives last
+    storm = [dn(leaf, 10 * S + leaf * 10) for leaf in range(16)]
+    engine = Engine(Policy())
+    incs = [item for ev in [*later, *storm[1:], storm[0]] for item in engine.feed_all(ev)
+            if isinstance(item, Incident)]
+    assert [(i.cause.value, i.state) for i in incs][:1] == [("sm_event", "open")]
+    assert incs[0].started == BASE + 10 * S  # the burst's first down, not the later ones
+    assert len(incs[0].members) == 16
