@@ -284,11 +284,8 @@ def _port_event(st: dict[str, Any], idx: dict[str, Any], ev: PortEvent, policy: 
                 held["links"][link] = [True, ev.ts]
                 _grow(st, held, ends, ev, out)
             continue
-        recent = st["recent"].setdefault(f"{kind}:{root}", {})
-        recent[link] = [ev.ts, ends]
-        for lid in [lid for lid, (ts, _) in recent.items() if ts < ev.ts - spread]:
-            del recent[lid]
-        burst = _burst(recent, ev.ts, spread)
+        burst = _burst(st["recent"].setdefault(f"{kind}:{root}", {}), link, ends, ev.ts,
+                       spread)
         if _enough(kind, root, len(burst), idx, policy):
             _open(st, idx, kind, root, burst, ev, su_of, out)
             del st["recent"][f"{kind}:{root}"]
@@ -315,12 +312,8 @@ def _sm_down(st: dict[str, Any], idx: dict[str, Any], link: str, ends: list[str]
             held["links"][link] = [True, ev.ts]
             _grow(st, held, ends, ev, out)
         return
-    recent = st.setdefault("sm_recent", {})
-    recent[link] = [ev.ts, ends]
-    spread = round(cfg.spread * 1000)
-    for lid in [lid for lid, (ts, _) in recent.items() if ts < ev.ts - spread]:
-        del recent[lid]
-    burst = _burst(recent, ev.ts, spread)
+    burst = _burst(st.setdefault("sm_recent", {}), link, ends, ev.ts,
+                   round(cfg.spread * 1000))
     if len(burst) < cfg.sm_min_links:
         return
     devices: dict[str, int] = {}
@@ -375,16 +368,21 @@ def _sm_detection(st: dict[str, Any], det: Detection, su_of: Callable[[str], str
     return det.model_copy(update={"incident": iid})
 
 
-def _burst(recent: dict[str, Any], ts: int, spread: int) -> dict[str, Any]:
-    """The links of ``recent`` (link -> [down ts, ends]) in the fullest span of ``spread``
-    that holds ``ts``: the downs that happened together with this one.
+def _burst(recent: dict[str, Any], link: str, ends: list[str], ts: int, spread: int
+           ) -> dict[str, Any]:
+    """Note ``link``'s down at ``ts`` in ``recent`` (link -> [down ts, ends]), forget the
+    downs more than ``spread`` before it, and return the links in the fullest span of
+    ``spread`` that holds ``ts``: the downs that happened together with this one.
 
     The correlator's input interleaves partitions and sources, so a down can arrive after
     later ones, and ``recent`` may hold a down far ahead in event time (a replayed backlog,
     another tool's clock) that no older down prunes; counted with this one it would make a
     storm of downs hours apart. Arriving in order, every down of ``recent`` is within
     ``spread`` before ``ts`` (older ones are pruned): the span is all of them."""
-    near = sorted((t, lid) for lid, (t, _) in recent.items() if ts - spread <= t <= ts + spread)
+    recent[link] = [ts, ends]
+    for lid in [lid for lid, (t, _) in recent.items() if t < ts - spread]:
+        del recent[lid]
+    near = sorted((t, lid) for lid, (t, _) in recent.items() if t <= ts + spread)
     times = [t for t, _ in near]
     best = (0, 0)
     for i, start in enumerate(times):  # spans [start, start + spread] that hold ts
