@@ -22,6 +22,10 @@ restarted or rebalanced worker recovers them), keyed like their source topic:
   the internal ``correlate`` topic (port events, action records and every detection
   re-keyed by fabric, a tick per second), ``fabric.topology`` and ``fabric.maintenance``.
 
+A consumer offset is committed only once the changelog records of the messages before it
+have left the producer's buffer (``streams.transport``: Faust's own commit could pass them,
+and a kill -9 then restart from a state lacking those messages).
+
 Every detection passes through the correlator before it is published (``publish`` sends it
 there, the correlator calls ``emit``): it carries ``incident`` / ``maintenance`` where one
 covers it, and only one carrying neither reaches the breaker. Incidents go to

@@ -10,15 +10,19 @@ broker was down exited at start three times in a row). ``retry_kafka`` serves th
 ``StreamsApp.ensure_topics``: here a retriable Kafka error is tried again after fresh
 metadata, until ``ENSURE_TOPICS_S``.
 
-Known gap, left as Faust has it: the flush before an offset commit (Faust's
-``ProducerBuffer.flush``) returns once 0.1 s passes without a send, with table changelog
-records possibly still queued, so a commit can pass state still in memory and a kill -9
-then would restart from a state lacking messages it never sees again. Waiting for the
-whole queue instead was tried and taken out: under the demo's load every commit then took
-1-3.4 s, and Faust's inline commit every ``broker_commit_every`` messages stalled delivery
-that long (BENCHMARKS.md, "The flush before a commit"). The batched counters consumer
-(``streams.counters.batched``) commits only after its states are delivered; the other
-agents' tables keep the gap.
+Offsets are committed only past state that is on its way (``CommitGate``). Faust flushes
+its producer before an offset commit, but the flush of its buffer
+(``ProducerBuffer.flush``) returns once 0.1 s passes without a send, with table changelog
+records possibly still queued; a commit could then pass state still in memory, and a kill -9
+restart from a state lacking messages it never reads again. Here the buffer counts the
+records queued and handed on to the Kafka client, and each commit passes only the offsets
+acked before the records handed on so far (whose delivery the client's flush then waits
+for). Nothing waits for the queue to drain: waiting for it was tried, and under the demo's
+load every commit took 1-3.4 s and Faust's inline commit stalled delivery that long
+(BENCHMARKS.md, "The flush before a commit"); what is not ready goes with a later commit.
+At stop (and in a rebalance, for the partitions kept) the commit does wait, up to
+``SETTLE_WAIT_S``, so a restart starts from everything this worker did. The batched counters consumer
+(``streams.counters.batched``) keeps its own rule: it commits after its states are delivered.
 """
 
 from __future__ import annotations
@@ -31,12 +35,20 @@ from typing import Any
 
 import faust
 from aiokafka.errors import KafkaError  # type: ignore[import-untyped]
+from faust.exceptions import ProducerSendError
+from faust.transport.drivers.aiokafka import Consumer as FaustAIOKafkaConsumer
+from faust.transport.drivers.aiokafka import Producer as FaustAIOKafkaProducer
 from faust.transport.drivers.aiokafka import Transport as FaustAIOKafkaTransport
+from faust.transport.producer import ProducerBuffer
+from faust.types import TP
+
+from streams.commit_gate import CommitGate
 
 log = logging.getLogger(__name__)
 
 ENSURE_TOPICS_S = 120.0  # how long a starting worker retries creating a topic
 RETRY_PAUSE_S = 2.0
+SETTLE_WAIT_S = 10.0  # a rebalance's or a stop's commit waits this long for queued records
 
 
 async def retry_kafka(what: str, attempt: Callable[[], Awaitable[None]], *,
@@ -60,7 +72,89 @@ async def retry_kafka(what: str, attempt: Callable[[], Awaitable[None]], *,
             await refresh()
 
 
+class CountingBuffer(ProducerBuffer):
+    """Faust's producer buffer, counting the records queued and those handed on to the
+    Kafka client (in queue order: one task hands them on, one at a time)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.queued = 0
+        self.handed = 0
+        self._handed_one = asyncio.Event()
+
+    def put(self, fut: Any) -> None:
+        self.queued += 1
+        super().put(fut)
+
+    async def _send_pending(self, fut: Any) -> None:
+        await super()._send_pending(fut)
+        self.handed += 1  # only once the client has it: a failed send is never passed
+        self._handed_one.set()
+
+    async def handed_through(self, mark: int) -> None:
+        """Return once ``mark`` records have been handed on."""
+        while self.handed < mark:
+            self._handed_one.clear()
+            await self._handed_one.wait()
+
+
+class CountingProducer(FaustAIOKafkaProducer):
+    def __init__(self, transport: Any, loop: Any = None, **kwargs: Any) -> None:
+        super().__init__(transport, loop=loop, **kwargs)
+        if not self.app.conf.producer_threaded:  # a threaded producer queues elsewhere
+            buffer = CountingBuffer(loop=self.loop, beacon=self.beacon)
+            buffer.app = self.app
+            self.buffer = buffer
+
+
+class GatedConsumer(FaustAIOKafkaConsumer):
+    """Faust's consumer, committing an offset only once the changelog records queued before
+    it was acked have been handed on (``CommitGate``)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.gate: CommitGate[TP] = CommitGate()
+
+    async def _commit_tps(self, tps: Any, start_new_transaction: bool) -> bool:
+        buffer = self.app.producer.buffer
+        if not isinstance(buffer, CountingBuffer) or self.in_transaction:
+            return bool(await super()._commit_tps(tps, start_new_transaction))
+        fresh = self._filter_committable_offsets(tps)
+        if fresh:
+            try:  # messages attached to these offsets go first, as in Faust's own commit
+                await self._handle_attached(fresh)
+            except ProducerSendError as exc:
+                await self.crash(exc)
+                return False
+            self.gate.offer(fresh, buffer.queued)
+        if not self.gate:
+            return False
+        if self.app.rebalancing or self.should_stop or self.app.should_stop:
+            try:
+                async with asyncio.timeout(SETTLE_WAIT_S):
+                    await buffer.handed_through(self.gate.last_mark)
+            except TimeoutError:
+                log.warning("commit: %d changelog records still queued after %.0f s; "
+                            "committing only the offsets before them",
+                            buffer.queued - buffer.handed, SETTLE_WAIT_S)
+        else:
+            await buffer.flush()  # hands on what it can now (until 0.1 s without a send)
+        ready = self.gate.ready(buffer.handed)
+        if not ready:
+            return False
+        return bool(await self._commit_offsets(ready, start_new_transaction=start_new_transaction))
+
+    async def on_partitions_revoked(self, revoked: set[TP]) -> None:
+        # Faust forgets the revoked partitions' acks before its revocation commit; what
+        # waits for them goes the same way (their next owner reads them again)
+        self.gate.forget(revoked)
+        await super().on_partitions_revoked(revoked)
+
+
 class WorkerTransport(FaustAIOKafkaTransport):
+    Consumer = GatedConsumer
+    Producer = CountingProducer
+
     async def _really_create_topic(self, owner: Any, client: Any, topic: str,
                                    partitions: int, replication: int, **kwargs: Any) -> None:
         create = super()._really_create_topic
