@@ -7,7 +7,9 @@ speed are the ones last judged, its BER gauges are below the link type's floor a
 legacy counter sits at its register maximum. ``select`` finds the ports for which one of
 those may not hold by comparing whole columns (list equality, ``min``/``max``, ``in``, all
 in C) with a ``View`` of the device's state, so a healthy 64-port message costs a few dozen
-column operations instead of 64 samples' worth of Python. It may send a port the
+column operations instead of 64 samples' worth of Python. The credit-wait windows, which
+close for every port of a device in the same message, are closed by ``close_waits`` from
+the columns too, for the ports below the congestion share. It may send a port the
 per-sample way that did not need it (always correct, only slower), never the other way:
 ``tests/unit/streams/test_counter_columns.py`` replays random message sequences both ways
 and requires the same states and outputs.
@@ -22,8 +24,10 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from schemas import LEGACY_COUNTER_BITS
+from streams.counters import congestion
 
 if TYPE_CHECKING:
+    from streams.counters.congestion import Judged
     from streams.counters.logic import CountersDetector, DeviceState, PortState
 
 INF = float("inf")
@@ -134,9 +138,10 @@ def refresh(view: View, ts: int, slow: list[int]) -> None:
 
 def select(det: CountersDetector, state: DeviceState, cols: dict[str, list[Any]], ts: int,
            view: View | None, legacy: bool, unknown: Iterable[str] = ()
-           ) -> tuple[View, list[int]] | None:
+           ) -> tuple[View, list[int], list[int]] | None:
     """(the view, the indices of the ports the per-sample rules must see, in message
-    order); None for every port (no view can be built, or a port would be stale).
+    order, and those of the other ports whose credit-wait window is due, for
+    ``close_waits``); None for every port (no view can be built, or a port would be stale).
     ``unknown``: the names of the message's columns that are not sample fields."""
     ports = cols["port"]
     if not ports:
@@ -155,8 +160,9 @@ def select(det: CountersDetector, state: DeviceState, cols: dict[str, list[Any]]
     if ts >= view.next_x and any(cols.get(f) is not None for f in _WINDOW_FIELDS):
         slow.update(i for i, d in enumerate(view.due_x) if ts >= d)
     wait = cols.get("xmit_wait")
+    waits: list[int] = []
     if wait is not None and ts >= view.next_q:
-        slow.update(i for i, d in enumerate(view.due_q) if ts >= d and wait[i] is not None)
+        waits = [i for i, d in enumerate(view.due_q) if ts >= d and wait[i] is not None]
     _gauges(det, view, cols, slow)
     _saturation(cols, legacy, slow)
     _link(view, cols, n, slow)
@@ -164,7 +170,45 @@ def select(det: CountersDetector, state: DeviceState, cols: dict[str, list[Any]]
     watchdog = [cols[name] for name in unknown if name.startswith("pfcwd_q")]
     if watchdog:
         slow.update(i for i in range(n) if any(c[i] is not None for c in watchdog))
-    return view, sorted(slow)
+    if slow and waits:
+        waits = [i for i in waits if i not in slow]
+    return view, sorted(slow), waits
+
+
+def close_waits(det: CountersDetector, view: View, cols: dict[str, list[Any]], ts: int,
+                waits: list[int], judged: list[Judged]) -> list[int]:
+    """Close the due credit-wait windows of ports ``select`` found quiet otherwise, from the
+    columns: a port at or below the congestion share gets its new anchor and its judged
+    entry (``judged``, in message order), exactly what ``congestion.judge_wait`` does for it;
+    the indices of those above it are returned untouched, for the per-sample rules."""
+    wait = cols["xmit_wait"]
+    data = cols.get("port_xmit_data")
+    width, speed = cols.get("width"), cols.get("speed")
+    limit = det.cong.congestion_fraction
+    back: list[int] = []
+    laid: list[int] = []
+    states, ports, due_q, cong_ms = view.states, view.ports, view.due_q, det.cong_ms
+    for i in waits:
+        ps = states[i]
+        ext = ps[2]
+        q = ext.get("q") if ext is not None else None
+        w, d = wait[i], data[i] if data is not None else None
+        if q is not None and ts > q[0]:
+            bps = congestion.port_bps(det, ps, width[i] if width is not None else None,
+                                      speed[i] if speed is not None else None)
+            share, util, dt_s, _ = congestion.wait_share(det, q, ts, w, d, bps)
+            if share > limit:
+                back.append(i)
+                continue
+            judged.append((ports[i], share, util, dt_s))
+        if ext is None:
+            laid.append(i)  # its rarer state is new: every column of it changes
+        det._ext(ps)["q"] = [ts, w, d]  # noqa: SLF001 - marks the state changed
+        due_q[i] = ts + cong_ms
+    for i in laid:
+        _port(view, i, states[i])
+    view.summarise()
+    return back
 
 
 def _tracked(view: View, cols: dict[str, list[Any]], n: int, slow: set[int]) -> None:

@@ -46,10 +46,31 @@ UplinksFn = Callable[[str], frozenset[int] | None]
 
 def line_bps(det: CountersDetector, ps: PortState, sample: PortSample) -> float:
     """The port's line rate in bit/s from its width and speed (last known, else the policy's)."""
+    return port_bps(det, ps, sample.width, sample.speed)
+
+
+def port_bps(det: CountersDetector, ps: PortState, width: str | None, speed: str | None
+             ) -> float:
+    """``line_bps`` from the sample's width and speed as values (the columnar path's)."""
     ext = ps[2] or {}
-    width = sample.width or ext.get("w") or det.degraded.expect_width
-    speed = sample.speed or ext.get("s") or det.degraded.expect_speed
+    width = width or ext.get("w") or det.degraded.expect_width
+    speed = speed or ext.get("s") or det.degraded.expect_speed
     return link_gbps(width, speed) * 1e9
+
+
+def wait_share(det: CountersDetector, q: list[Any], ts: int, wait: int, data: int | None,
+               bps: float) -> tuple[float, float | None, float, int]:
+    """(credit-wait share, utilisation or None, window s, wait ticks) of the window from
+    the anchor ``q`` (``[ts, xmit_wait, port_xmit_data]``) to these readings."""
+    dt_s = (ts - q[0]) / 1000
+    # a decrease is a reset: the new value counts from zero
+    d_wait = wait - q[1] if wait >= q[1] else wait
+    d_data = None
+    if data is not None and q[2] is not None:
+        d_data = data - q[2] if data >= q[2] else data
+    share = min(1.0, d_wait * det.cong.xmit_wait_tick_bytes * 8 / (bps * dt_s))
+    util = None if d_data is None else min(1.0, d_data * 32 / (bps * dt_s))
+    return share, util, dt_s, d_wait
 
 
 def judge_wait(det: CountersDetector, ps: PortState, event: Counters, sample: PortSample,
@@ -62,16 +83,9 @@ def judge_wait(det: CountersDetector, ps: PortState, event: Counters, sample: Po
     ext["q"] = [ts, wait, data]
     if q is None or ts <= q[0]:
         return
-    dt_s = (ts - q[0]) / 1000
-    # a decrease is a reset: the new value counts from zero
-    d_wait = wait - q[1] if wait >= q[1] else wait
-    d_data = None
-    if data is not None and q[2] is not None:
-        d_data = data - q[2] if data >= q[2] else data
     bps = line_bps(det, ps, sample)
+    share, util, dt_s, d_wait = wait_share(det, q, ts, wait, data, bps)
     c = det.cong
-    share = min(1.0, d_wait * c.xmit_wait_tick_bytes * 8 / (bps * dt_s))
-    util = None if d_data is None else min(1.0, d_data * 32 / (bps * dt_s))
     judged.append((sample.port, share, util, dt_s))
     if share > c.congestion_fraction:
         det._open(ps, CONGESTION, event, sample, DetectionKind.CONGESTION, c.action, {  # noqa: SLF001

@@ -220,10 +220,20 @@ class CountersDetector:
                 self._sample(state, head, sample, out)
             return (*self._finish(state, head, lambda: {s.port: s for s in rows.ports}, out),
                     columns.build(self, state, cols))
-        view, slow = picked
+        view, slow, waits = picked
+        quiet: list[congestion.Judged] = []
+        if waits:
+            back = columns.close_waits(self, view, cols, ts, waits, quiet)
+            if back:
+                slow = sorted({*slow, *back})
         if slow:
             for sample in event.samples(slow):
                 self._sample(state, head, sample, out)
+        if quiet and not out.judged:
+            out.judged = quiet
+        elif quiet:  # the judged ports in message order, as the per-sample way lists them
+            at = {p: i for i, p in enumerate(view.ports)}
+            out.judged = sorted([*out.judged, *quiet], key=lambda j: at[j[0]])
         for ps in view.states:  # the quiet ones; the judged ones are already
             ps[0] = ts
         columns.refresh(view, ts, slow)

@@ -187,6 +187,7 @@ def test_a_quiet_message_judges_no_port() -> None:
             got = columns.select(det, state, msg.column_map(), msg.ts, view, False)
             assert got is not None
             picked = got[1]
+            assert got[2] == []  # no credit-wait window due within these 30 s
         state, dets, downs, view = det.step_columns(state, msg, view)
         assert not dets and not downs
     assert picked == []
@@ -215,3 +216,45 @@ def test_a_register_width_reported_at_its_maximum_is_judged() -> None:
         state, dets, _, view = det.step_columns(state, msg, view)
         out += [d.detection.value for d in dets]
     assert out == ["counter_saturated"]
+
+
+def test_credit_wait_windows_close_from_the_columns_and_a_congested_port_is_judged_alone(
+        monkeypatch: Any) -> None:
+    """Every port's credit-wait window ends in the same message: the quiet ones close from
+    the columns, the one above the congestion share (and a port with no rarer state yet)
+    as the per-sample rules would; same states, detections and hot-uplink judgement."""
+    from streams.counters import columns
+
+    closed: list[tuple[int, int]] = []  # (judged from the columns, sent back)
+    close = columns.close_waits
+
+    def counting(*args: Any) -> list[int]:
+        judged: list[Any] = args[-1]
+        before = len(judged)
+        back = close(*args)
+        closed.append((len(judged) - before, len(back)))
+        return back
+
+    monkeypatch.setattr(columns, "close_waits", counting)
+    kw: dict[str, Any] = {"uplinks": _uplinks}
+    rows_det, cols_det = CountersDetector(Policy(), **kw), CountersDetector(Policy(), **kw)
+    rows_state: dict[str, Any] | None = None
+    cols_state: dict[str, Any] | None = None
+    view: View | None = None
+    kinds: list[str] = []
+    for i in range(25):
+        samples = []
+        for p in range(1, 9):
+            row: dict[str, Any] = {"port": p, "symbol_errors": 0, "width": "4X",
+                                   "speed": "NDR", "port_xmit_data": 10**6 * i}
+            if p != 6 or i >= 3:  # port 6 reports credit waits only from the fourth poll
+                row["xmit_wait"] = (10**12 if p == 3 else 17) * i + p
+            samples.append(row)
+        msg = _columns(i, T0 + i * 10_000, "gnmi", samples)
+        a = rows_det.step(rows_state, msg.rows())
+        b = cols_det.step_columns(cols_state, msg, view)
+        assert _wire(a) == _wire(b), f"message {i}"
+        rows_state, cols_state, view = a[0], b[0], b[3]
+        kinds += [d.detection.value for d in b[1]]
+    assert "congestion" in kinds
+    assert sum(j for j, _ in closed) >= 2 * 6 and sum(b for _, b in closed) >= 1, closed
