@@ -101,10 +101,13 @@ class CountingBuffer(ProducerBuffer):
 class CountingProducer(FaustAIOKafkaProducer):
     def __init__(self, transport: Any, loop: Any = None, **kwargs: Any) -> None:
         super().__init__(transport, loop=loop, **kwargs)
-        if not self.app.conf.producer_threaded:  # a threaded producer queues elsewhere
-            buffer = CountingBuffer(loop=self.loop, beacon=self.beacon)
-            buffer.app = self.app
-            self.buffer = buffer
+        if self.app.conf.producer_threaded:  # its queue lives in the producer's thread
+            log.warning("producer_threaded: the commit gate is off, offsets are committed "
+                        "as Faust commits them (past changelog records still queued)")
+            return
+        buffer = CountingBuffer(loop=self.loop, beacon=self.beacon)
+        buffer.app = self.app
+        self.buffer = buffer
 
 
 class GatedConsumer(FaustAIOKafkaConsumer):
