@@ -249,8 +249,11 @@ def step(state: FlapState, event: FlapInput, policy: Policy) -> tuple[FlapState,
             state.disabled += 1  # taken down on purpose: not the link's fault
             return state, []
         state.fabric = event.fabric
+        before = {d for _, d in effective_downs(state)} if state.intervals else set()
         state.traps.append((event.ts, event.id))
         state.traps.sort()
+        if before:
+            _inherit_mark(state, event.id, before)
     else:
         if any(iv[0] == event.id for iv in state.intervals):
             return state, _redeliver(state, event.id)
@@ -275,6 +278,17 @@ def step(state: FlapState, event: FlapInput, policy: Policy) -> tuple[FlapState,
                            policy.fabric_health.flap_dampening.action)
     _prune(state, window, lateness)
     return state, detections
+
+
+def _inherit_mark(state: FlapState, trap_id: str, before: set[str]) -> None:
+    """A trap that accounts for a down a counter revealed first takes that down's place,
+    and so its episode: counters read before the traps arrived may already have fired it,
+    and the same downs must not open it again (one id, two contents) or another one."""
+    after = {d for _, d in effective_downs(state)}
+    for gone in sorted(before - after):
+        if gone in state.marks and trap_id not in state.marks:
+            state.marks[trap_id] = state.marks[gone]
+            return
 
 
 def _redeliver(state: FlapState, event_id: str) -> list[Detection]:

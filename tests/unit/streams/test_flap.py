@@ -204,6 +204,47 @@ def test_a_counter_interval_does_not_make_its_own_traps_late() -> None:
     assert fired == [] and state.late_dropped == 1
 
 
+def test_traps_after_the_counters_that_fired_their_episode_do_not_fire_it_again() -> None:
+    # The trap path apart from the counters: the counter downs of three reads can reach the
+    # flap agent before the three traps of the same downs. The counters fire the episode;
+    # each trap then takes the place of the counter down it accounts for, and the episode
+    # stays the one already fired (seen as one id published with counter_revealed 3 and 1).
+    traps = [down(0), down(M), down(2 * M)]
+    reads = [cdowns(f"r{i}", i * M - 30 * S, i * M, 1) for i in range(3)]  # read at the traps
+    early = [cdowns(f"e{i}", i * M - 30 * S, i * M + 20 * S, 1) for i in range(3)]  # after
+    for counters in (reads, early):
+        for order in ([*counters, *traps], [*traps, *counters],
+                      [counters[0], traps[0], counters[1], counters[2], traps[2], traps[1]]):
+            for roundtrip in (False, True):
+                state, fired = run(order, roundtrip=roundtrip)
+                assert len(fired) == 1, (order, fired)
+                assert len(state.episodes) == 1
+    # and a trap that is a down of its own (outside every counter interval) still counts
+    _, fired = run([*reads[:2], down(2 * M - 40 * S), down(2 * M)])
+    assert [t for t, _ in fired] == [2 * M - 40 * S]
+
+
+def test_no_episode_id_is_fired_with_two_contents_whatever_the_arrival_order() -> None:
+    # five downs within the lateness (none is dropped, whatever comes first), each seen by a
+    # trap and by the counter read 3 s after it
+    times = (0, 12 * S, 24 * S, 36 * S, 48 * S)
+    traps = [down(t) for t in times]
+    reads = [cdowns(f"w{i}", t - 8 * S, t + 3 * S, 1) for i, t in enumerate(times)]
+    events: list[PortEvent | CounterDowns] = [*traps, *reads]
+    import random
+    rng = random.Random(7)
+    for _ in range(300):
+        order = events[:]
+        rng.shuffle(order)
+        state = FlapState()
+        seen: dict[str, object] = {}
+        for ev in order:
+            state, dets = step(state, ev, POLICY)
+            for d in dets:
+                assert seen.setdefault(d.id, d.evidence) == d.evidence, order
+        assert len(seen) == 1, (order, seen)  # one episode, whatever came first
+
+
 def test_state_survives_json_roundtrip() -> None:
     events: list[PortEvent | CounterDowns] = [
         down(0), down(10 * M), up(10 * M + 1), cdowns("x", 11 * M, 12 * M, 1),
