@@ -79,6 +79,7 @@ from schemas import topics as registry
 from schemas.acceptance import TimeBounds, accept, at_arrival
 from schemas.policy import Policy
 from streams.engine import Context, Engine
+from streams.fence import MembershipFence, fenced_stream, start_ticker
 from streams.probes.pins import Pins
 from streams.sink import LedgerSink, LedgerWriter
 from streams.transport import install_worker_transport, retry_kafka
@@ -168,6 +169,9 @@ class StreamsApp:
         self.datadir = (Path(settings.state_dir) / "streams" / faust_id
                         / f"worker-{worker_index}")
         self.datadir.mkdir(parents=True, exist_ok=True)
+        # Events wait while a stall may have cost the membership (streams.fence)
+        self.fence = MembershipFence(settings.streams.session_timeout_s,
+                                     settings.streams.heartbeat_interval_s)
         self.app = faust.App(
             faust_id,
             broker=broker_urls(settings.kafka.bootstrap_servers),
@@ -194,8 +198,10 @@ class StreamsApp:
             broker_session_timeout=settings.streams.session_timeout_s,
             broker_heartbeat_interval=settings.streams.heartbeat_interval_s,
             consumer_group_instance_id=instance_id(settings, faust_id, worker_index),
+            Stream=fenced_stream(self.fence),
         )
         install_worker_transport(self.app)
+        start_ticker(self.app, self.fence)
         self.n_port = n_port = partitions_of(settings, registry.PORT_EVENTS)
 
         def topic(name: str, partitions: int | None = None, internal: bool = False) -> Any:

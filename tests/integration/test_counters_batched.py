@@ -156,7 +156,11 @@ async def test_a_worker_out_of_the_group_a_while_reads_back_what_another_committ
         await asyncio.sleep(15)  # the first rejoins and takes its share back
         await publish(kafka_bootstrap, parts[2])
         await assert_replay_detections(kafka_bootstrap, tag, want, one, two)
-        assert_read_back(one.log.read_bytes()[woken_at:], touched(parts[1]), one)
+        woken = one.log.read_bytes()[woken_at:]
+        assert_read_back(woken, touched(parts[1]), one)
+        # the Faust agents' fence saw the stall and waited for the group (streams.fence)
+        assert b"membership fence: this worker stood still" in woken, one.tail()[-2000:]
+        assert b"membership fence: the group rejoined" in woken, one.tail()[-2000:]
     finally:
         if one.proc is not None and one.proc.poll() is None:
             one.proc.send_signal(signal.SIGCONT)
