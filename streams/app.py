@@ -24,7 +24,9 @@ restarted or rebalanced worker recovers them), keyed like their source topic:
 
 A consumer offset is committed only once the changelog records of the messages before it
 have left the producer's buffer (``streams.transport``: Faust's own commit could pass them,
-and a kill -9 then restart from a state lacking those messages).
+and a kill -9 then restart from a state lacking those messages). Every stream passes its
+events through the membership fence first (``streams.fence``): a worker that stood still
+half a session applies nothing until it knows whether the group still has it.
 
 Every detection passes through the correlator before it is published (``publish`` sends it
 there, the correlator calls ``emit``): it carries ``incident`` / ``maintenance`` where one
