@@ -126,6 +126,12 @@ class StreamsSettings(_Frozen):
     # ``{app id}-counters``, and changelogs; states written once per batch, offsets committed
     # after them: streams/counters/batched.py) instead of Faust's one-event-at-a-time agent.
     counters_batched: bool = False
+    # How often that consumer sends the states changed since the last time, awaits every
+    # output and commits (Kafka Streams' commit.interval.ms, whose record cache flushes on
+    # commit the same way): a host's state written once an interval, not once a message.
+    # A crash re-applies at most this much, exactly (streams.engine.once); a rebalance and a
+    # stop flush first.
+    batched_commit_interval_s: float = Field(default=5.0, gt=0, le=60)
 
 
 class NotifySettings(_Frozen):

@@ -15,12 +15,14 @@ over each fetched batch:
   ``{faust id}-stale-batched-changelog``), each record on the partition of the counters
   partition it belongs to. A state written several times in a batch is sent once.
 * **Order of a batch.** The messages of a fetch are applied one partition after another in
-  turns of one message (as Faust hands them out), then the states that changed, the counter
-  downs, the detections and the dead letters are sent, *all* deliveries awaited, and only
-  then the batch's offsets committed. A crash therefore never leaves committed offsets
-  ahead of the states (the gap Faust's own commit has, ``streams/transport.py``); messages
-  after the last commit are applied again, and each state's recent ids make a redelivered
-  message repeat exactly its first outputs (``streams.engine.once``).
+  turns of one message (as Faust hands them out); their counter downs, detections and dead
+  letters are sent as they come. Every ``batched_commit_interval_s`` (5 s; and before a
+  rebalance gives partitions away, and at stop) the states changed since the last time are
+  sent, *all* deliveries awaited, and only then the offsets applied so far committed: a
+  host's state goes to the changelog once an interval, not once a message (Kafka Streams'
+  record cache, flushed on commit). A crash therefore never leaves committed offsets ahead
+  of the states; messages after the last commit are applied again, and each state's recent
+  ids make a redelivered message repeat exactly its first outputs (``streams.engine.once``).
 * **Idle partitions.** The stale detector's clock is the slowest partition still
   delivering; a fetch can bring one partition's whole backlog before another's, so a
   partition with records not yet read (its high watermark past the offset after its last
@@ -53,7 +55,11 @@ from aiokafka import (  # type: ignore[import-untyped]  # no py.typed there
     ConsumerRebalanceListener,
     TopicPartition,
 )
-from aiokafka.errors import CommitFailedError, KafkaError  # type: ignore[import-untyped]
+from aiokafka.errors import (  # type: ignore[import-untyped]
+    CommitFailedError,
+    IllegalStateError,
+    KafkaError,
+)
 
 from runtime import metrics
 from schemas import CounterColumns, Counters
@@ -154,6 +160,11 @@ class BatchedCounters:
         # a restore inside the rebalance callback would run while no heartbeat is sent)
         self.unprepared: set[int] | None = None
         self.next_offset: dict[int, int] = {}  # partition -> the offset after its last fetch
+        # applied since the last flush: the offsets to commit, the outputs to await
+        self.uncommitted: dict[Any, int] = {}
+        self.committed: dict[Any, int] = {}  # the last offsets this worker committed
+        self.pending: list[Awaitable[Any]] = []
+        self.flushed_at = time.monotonic()
         self.consumer: Any = None
         self.producer: Any = None
         self.stopping = False
@@ -186,11 +197,17 @@ class BatchedCounters:
                     async with self.lock:
                         await self.prepare()
                 batch = await self.consumer.getmany(timeout_ms=FETCH_TIMEOUT_MS)
-                if batch:
+                due = time.monotonic() - self.flushed_at >= st.batched_commit_interval_s
+                if batch or due:
                     async with self.lock:
-                        if self.unprepared is not None:
-                            await self.prepare()
-                        await self.apply(batch)
+                        if batch:
+                            if self.unprepared is not None:
+                                await self.prepare()
+                            await self.apply(batch)
+                        if due:
+                            await self.flush()
+            async with self.lock:  # a stop: what was applied is committed before leaving
+                await self.flush()
         finally:
             await self.consumer.stop()
             await self.producer.stop()
@@ -199,9 +216,10 @@ class BatchedCounters:
         self.stopping = True
 
     async def apply(self, batch: dict[Any, list[Any]]) -> None:
-        """Apply one fetch, send what it changed and produced, then commit its offsets."""
+        """Apply one fetch and send what it produced; its states and offsets wait for the
+        next ``flush``."""
         sa = self.sa
-        pending: list[Awaitable[Any]] = []
+        pending = self.pending
         self.observer.held = frozenset(map(str, self.holding(batch)))
         t_start = yielded = time.perf_counter()
         for record in in_turns(batch):
@@ -220,35 +238,71 @@ class BatchedCounters:
                     await self.path.process(msg, record.partition, pending)
             except Exception as exc:  # never die on a message
                 await sa.failed(raw, exc, record, pending)
+        sa.stats["counters_ms"] += (time.perf_counter() - t_start) * 1000
+        for tp, records in batch.items():
+            if records and tp.partition in self.held:
+                self.uncommitted[tp] = records[-1].offset + 1
+            if records:
+                highwater = self.consumer.highwater(tp)
+                if highwater is not None:
+                    metrics.lag(tp.topic, tp.partition, highwater - records[-1].offset - 1)
+
+    async def flush(self) -> None:
+        """Send the states changed since the last flush, await every output sent since,
+        then commit the offsets applied (under the lock)."""
+        t_start = time.perf_counter()
+        pending, self.pending = self.pending, []
+        if self.committed and not await self.still_member():
+            # woken after its membership was lost (a stopped process, a paused VM): its
+            # states are older than another worker's since; written now they would follow
+            # that worker's in the changelog, and a restore would take them for the newest
+            self.refuse(set(self.held), "the group no longer has this worker")
+            self.uncommitted = {}
+            self.flushed_at = time.monotonic()
+            return
         for store in (self.counters, self.stale):
             for key, value, partition in store.take_changed():
                 pending.append(await self.producer.send(store.topic, value, key=key,
                                                         partition=partition))
         if pending:
             await asyncio.gather(*pending)
-        sa.stats["counters_ms"] += (time.perf_counter() - t_start) * 1000
-        offsets = {tp: records[-1].offset + 1 for tp, records in batch.items()
-                   if records and tp.partition in self.held}
-        for tp, records in batch.items():
-            if records:
-                highwater = self.consumer.highwater(tp)
-                if highwater is not None:
-                    metrics.lag(tp.topic, tp.partition, highwater - records[-1].offset - 1)
+        self.sa.stats["counters_ms"] += (time.perf_counter() - t_start) * 1000
+        offsets = {tp: o for tp, o in self.uncommitted.items() if tp.partition in self.held}
+        self.uncommitted = {}
+        self.flushed_at = time.monotonic()
         if offsets:
             try:
                 await self.consumer.commit(offsets)
-            except CommitFailedError as exc:
-                # this worker is no longer the group's owner of them (its membership was
-                # lost): apply nothing more of them and keep none of their states, which are
-                # ahead of the committed offsets; the next assignment restores them
-                refused = {tp.partition for tp in offsets}
-                self.held -= refused
-                self.counters.drop(refused)
-                self.stale.drop(refused)
-                for p in refused:
-                    self.next_offset.pop(p, None)
-                log.warning("counters: commit refused (%s): partitions %s dropped until "
-                            "they are assigned again", exc, sorted(refused))
+            except (CommitFailedError, IllegalStateError) as exc:
+                self.refuse({tp.partition for tp in offsets}, f"commit refused ({exc})")
+            else:
+                self.committed.update(offsets)
+
+    async def still_member(self) -> bool:
+        """Whether the group still has this worker: the offsets it last committed, committed
+        again (the broker refuses a member it dropped). One round trip a flush."""
+        again = {tp: o for tp, o in self.committed.items() if tp.partition in self.held}
+        if not again:
+            return True  # nothing committed yet in this assignment: nothing to ask with
+        try:
+            await self.consumer.commit(again)
+        except (CommitFailedError, IllegalStateError):  # dropped, or its assignment reset
+            return False
+        return True
+
+    def refuse(self, partitions: set[int], why: str) -> None:
+        """This worker is no longer the group's owner of ``partitions`` (its membership was
+        lost): apply nothing more of them and keep none of their states, which are ahead of
+        the committed offsets; the next assignment restores them."""
+        self.held -= partitions
+        self.committed = {tp: o for tp, o in self.committed.items()
+                          if tp.partition not in partitions}
+        self.counters.drop(partitions)
+        self.stale.drop(partitions)
+        for p in partitions:
+            self.next_offset.pop(p, None)
+        log.warning("counters: %s: partitions %s dropped until they are assigned again", why,
+                    sorted(partitions))
 
     def holding(self, batch: dict[Any, list[Any]]) -> set[int]:
         """The held partitions that are not idle for the stale detector's clock while this
@@ -267,7 +321,8 @@ class BatchedCounters:
         return out
 
     async def revoked(self, partitions: set[int]) -> None:
-        async with self.lock:  # the batch in hand is applied and committed first
+        async with self.lock:  # the batch in hand is applied first, all of it committed
+            await self.flush()
             # their states stay in memory until the assignment: equal to their changelogs
             # (all sent before the commit), so a partition given back needs no restore
             self.kept |= partitions & self.held
@@ -307,6 +362,10 @@ class BatchedCounters:
         self.kept = set()
         n = await self.restore(new) if new else 0
         self.next_offset.update(starts)
+        # where the group stands now (another worker's commits included): the membership
+        # check re-commits these, never an older offset of this worker's
+        self.committed = {TopicPartition(registry.COUNTERS.name, p): o for p, o in starts.items()}
+        self.uncommitted = {}
         self.held = set(partitions)
         self.path.reset()
         self.observer.reset()

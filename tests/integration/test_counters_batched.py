@@ -20,6 +20,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.partitioner import DefaultPartitioner
 
 from schemas import Counters, Event, PortSample, message_key
@@ -166,3 +167,83 @@ async def test_a_worker_out_of_the_group_a_while_reads_back_what_another_committ
             one.proc.send_signal(signal.SIGCONT)
         two.stop()
         one.stop()
+
+
+def counters_partitions() -> list[TopicPartition]:
+    return [TopicPartition(registry.COUNTERS.name, p) for p in range(registry.COUNTERS.partitions)]
+
+
+async def counters_end(bootstrap: str) -> int:
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        return sum((await consumer.end_offsets(counters_partitions())).values())
+    finally:
+        await consumer.stop()
+
+
+async def counters_committed(bootstrap: str, group: str) -> int:
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group,
+                                enable_auto_commit=False)
+    await consumer.start()
+    try:
+        return sum([await consumer.committed(tp) or 0 for tp in counters_partitions()])
+    finally:
+        await consumer.stop()
+
+
+async def changelog_records(bootstrap: str, topic: str) -> int:
+    """Records written to ``topic`` so far (end minus beginning offsets, all partitions)."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        parts = consumer.partitions_for_topic(topic) or set()
+        if not parts:
+            await consumer._client.force_metadata_update()  # noqa: SLF001 - first lookup
+            parts = consumer.partitions_for_topic(topic) or set()
+        assert parts, topic
+        tps = [TopicPartition(topic, p) for p in parts]
+        ends, starts = await consumer.end_offsets(tps), await consumer.beginning_offsets(tps)
+        return sum(ends[tp] - starts[tp] for tp in tps)
+    finally:
+        await consumer.stop()
+
+
+async def test_a_trickle_of_counters_writes_each_state_once_a_commit_interval(
+        kafka_bootstrap: str, tmp_path: Path) -> None:
+    # 12 rounds of 30 devices, one round every 0.6 s: a write per batch is a record per
+    # device and fetch; once a 5 s commit interval it is at most one per device and interval
+    # (7 s of rounds: at most 3 intervals). The offsets still reach the end once the trickle
+    # stops (the interval's flush runs with no new fetch), and the detections are replay's.
+    app_id = f"fw-batched-{uuid.uuid4().hex[:8]}"
+    tag = app_id.rsplit("-", 1)[1]
+    base = int(time.time() * 1000) - 4 * 3600_000
+    events = rounds(tag, base, 0, 25)
+    want = expected(events)
+    worker = Worker(kafka_bootstrap, tmp_path, app_id, env=BATCHED)
+    try:
+        await asyncio.to_thread(worker.start)
+        by_round = [events[r * 30:(r + 1) * 30] for r in range(25)]
+        await publish(kafka_bootstrap, [e for part in by_round[:13] for e in part])
+        await collect(kafka_bootstrap, "fabric.detections", 1, tag.encode(), settle=0.0)
+        before = await changelog_records(kafka_bootstrap,
+                                         f"{app_id}-counters-batched-changelog")
+        for part in by_round[13:]:
+            await publish(kafka_bootstrap, part)
+            await asyncio.sleep(0.6)
+        got = await collect(kafka_bootstrap, "fabric.detections", len(want), tag.encode(),
+                            wait_s=120, settle=8.0, by_id=True)
+        assert {orjson.loads(v)["id"] for v in got} == want
+        assert_copies_identical(got)
+        trickle = await changelog_records(kafka_bootstrap,
+                                          f"{app_id}-counters-batched-changelog") - before
+        # 7 s of rounds touch at most 3 intervals; a write per batch was 125 here (fetches
+        # take a few rounds each), once an interval 60
+        assert 30 <= trickle <= 90, trickle
+        end = await counters_end(kafka_bootstrap)
+        deadline = time.monotonic() + 30
+        while await counters_committed(kafka_bootstrap, f"{app_id}-counters") < end:
+            assert time.monotonic() < deadline, worker.tail()[-1500:]
+            await asyncio.sleep(1)
+    finally:
+        worker.stop()
