@@ -532,18 +532,25 @@ class CounterColumns(Envelope):
         else:
             rows = ([cols[n][i] for n in names] for i in indices)
         known = [n for n in names if n in _SAMPLE_NONE]
-        unknown = [n for n in names if n not in _SAMPLE_NONE]
-        if not unknown:  # the common shape: a dict per sample, no pydantic call
-            fields_set = set(known)
-            out = []
+        fields_set = set(known)
+        out = []
+        if len(known) == len(names):  # the common shape: a dict per sample, no pydantic call
             for values in rows:
                 values_of = dict(_SAMPLE_NONE)
                 values_of.update(zip(known, values, strict=True))
                 out.append(checked_model(PortSample, values_of, set(fields_set), {}))
             return out
-        return [PortSample.model_construct(**{n: v for n, v in zip(names, values, strict=True)
-                                              if v is not None or n in _SAMPLE_NONE})
-                for values in rows]
+        # Unknown columns (a host agent's vendor counters) become each sample's extras, its
+        # nulls left out: what ``PortSample.model_construct`` makes of the same dict, fields
+        # set and extras alike, without its per-field default lookups.
+        at_known = [i for i, n in enumerate(names) if n in _SAMPLE_NONE]
+        at_unknown = [(n, i) for i, n in enumerate(names) if n not in _SAMPLE_NONE]
+        for values in rows:
+            values_of = dict(_SAMPLE_NONE)
+            values_of.update(zip(known, [values[i] for i in at_known], strict=True))
+            extra = {n: values[i] for n, i in at_unknown if values[i] is not None}
+            out.append(checked_model(PortSample, values_of, set(fields_set), extra))
+        return out
 
     def rows(self, samples: list[PortSample] | None = None) -> Counters:
         """The equal row-form message (with ``samples`` instead: its envelope only)."""
@@ -570,6 +577,11 @@ class CounterColumns(Envelope):
             return None
         ports: list[int] = cols.port
         return ports
+
+    def names_devices(self) -> bool:
+        """Whether some port names its own device (a host agent's HCAs)."""
+        devices: list[str | None] | None = self.columns.device  # type: ignore[attr-defined]
+        return devices is not None and devices.count(None) != len(devices)
 
     def split(self) -> list[CounterColumns]:
         """One message per device, as ``Counters.split``: itself when no port names its

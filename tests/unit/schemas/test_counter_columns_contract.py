@@ -14,8 +14,17 @@ from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from schemas import ContractError, CounterColumns, Counters, columns_wire, decode_obj
+from schemas import (
+    ContractError,
+    CounterColumns,
+    Counters,
+    PortSample,
+    columns_wire,
+    decode_obj,
+)
+from schemas.events import SampleColumns
 
 from .test_fast_counters import messages
 
@@ -66,3 +75,34 @@ def test_a_bad_column_is_named(change: Any, path: str) -> None:
     with pytest.raises(ContractError) as err:
         decode_obj(obj)
     assert err.value.path == path
+
+
+@given(st.lists(st.tuples(st.integers(0, 64), st.none() | st.integers(0, 9),
+                          st.none() | st.floats(0, 1), st.none() | st.integers(0, 5),
+                          st.none() | st.text(max_size=4)), min_size=1, max_size=8),
+       st.booleans())
+@settings(max_examples=200, deadline=None)
+def test_samples_with_unknown_columns_are_what_model_construct_makes(
+        rows: list[tuple[int, int | None, float | None, int | None, str | None]],
+        named: bool) -> None:
+    # the samples of a message with columns the contract does not know (a host agent's
+    # vendor counters) are built without model_construct: the same values, fields set
+    # and extras, an unknown column's null left out
+    cols: dict[str, list[Any]] = {
+        "port": [r[0] for r in rows], "symbol_errors": [r[1] for r in rows],
+        "raw_ber": [r[2] for r in rows], "vendor_pause_x": [r[3] for r in rows],
+        "vendor_note": [r[4] for r in rows]}
+    if named:
+        cols["device"] = [f"h/mlx5_{i}" for i in range(len(rows))]
+    msg = CounterColumns.model_construct(
+        id="m", ts=1, fabric="f", source="host-agent", device="h",
+        columns=SampleColumns.model_construct(**cols))
+    names = list(msg.column_map())
+    want = [PortSample.model_construct(**{n: v for n, v in zip(names, values, strict=True)
+                                          if v is not None or n in PortSample.model_fields})
+            for values in zip(*msg.column_map().values(), strict=True)]
+    got = msg.samples()
+    assert [(s.__dict__, s.__pydantic_fields_set__, s.__pydantic_extra__) for s in got] == [
+        (s.__dict__, s.__pydantic_fields_set__, s.__pydantic_extra__) for s in want]
+    at = [0, len(rows) - 1]
+    assert [s.__dict__ for s in msg.samples(at)] == [want[i].__dict__ for i in at]
