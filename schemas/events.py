@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from enum import StrEnum
+from operator import itemgetter
 from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
@@ -438,6 +439,16 @@ assert all(info.default is None for name, info in PortSample.model_fields.items(
            if name != "port"), "a PortSample field's default is not None"
 assert list(Counters.model_fields) == ["v", "id", "ts", "fabric", "source", "kind",  # noqa: S101
                                        "device", "ports"], "CounterColumns.rows needs this"
+def _picker(indices: list[int]) -> Callable[[Sequence[Any]], tuple[Any, ...]]:
+    """The values at ``indices`` as a tuple, in C (``itemgetter`` of one gives no tuple)."""
+    if len(indices) == 1:
+        only = indices[0]
+        return lambda values: (values[only],)
+    if not indices:
+        return lambda values: ()
+    return itemgetter(*indices)
+
+
 _new_object = object.__new__
 _set_attr = object.__setattr__
 M = TypeVar("M", bound=BaseModel)
@@ -543,12 +554,14 @@ class CounterColumns(Envelope):
         # Unknown columns (a host agent's vendor counters) become each sample's extras, its
         # nulls left out: what ``PortSample.model_construct`` makes of the same dict, fields
         # set and extras alike, without its per-field default lookups.
-        at_known = [i for i, n in enumerate(names) if n in _SAMPLE_NONE]
-        at_unknown = [(n, i) for i, n in enumerate(names) if n not in _SAMPLE_NONE]
+        unknown = [n for n in names if n not in _SAMPLE_NONE]
+        pick_known = _picker([i for i, n in enumerate(names) if n in _SAMPLE_NONE])
+        pick_unknown = _picker([i for i, n in enumerate(names) if n not in _SAMPLE_NONE])
         for values in rows:
             values_of = dict(_SAMPLE_NONE)
-            values_of.update(zip(known, [values[i] for i in at_known], strict=True))
-            extra = {n: values[i] for n, i in at_unknown if values[i] is not None}
+            values_of.update(zip(known, pick_known(values), strict=True))
+            extra = {n: v for n, v in zip(unknown, pick_unknown(values), strict=True)
+                     if v is not None}
             out.append(checked_model(PortSample, values_of, set(fields_set), extra))
         return out
 

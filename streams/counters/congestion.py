@@ -283,8 +283,18 @@ def judge_priorities(det: CountersDetector, state: dict[str, Any], event: Counte
         state.pop("ecnq", None)
 
 
+_PFCWD: dict[tuple[str, ...], bool] = {}  # by a sample's extra names: a host's repeat
+
+
 def has_pfcwd(extra: dict[str, Any]) -> bool:
-    return any(k.startswith("pfcwd_q") for k in extra)
+    """Whether a sample carries SONiC watchdog verdicts (``pfcwd_q*`` extras)."""
+    names = tuple(extra)
+    known = _PFCWD.get(names)
+    if known is None:
+        known = any(k.startswith("pfcwd_q") for k in names)
+        if len(_PFCWD) < 4096:  # bounded: a new shape past that is judged each time
+            _PFCWD[names] = known
+    return known
 
 
 def judge_pfcwd(det: CountersDetector, ps: PortState, event: Counters, sample: PortSample,
