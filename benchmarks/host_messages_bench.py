@@ -25,8 +25,10 @@ process of its own) while
 third at ``--trap-rate``); each third down's publish time against its ``flap`` detection on
 ``fabric.detections``. The counters backlog the worker has at the phase's start and end is
 recorded (a worker that keeps up has none, and traps then wait behind nothing).
-``--split-traps`` runs the trap path in its own worker process (``fabricwatch worker
---agents traps`` beside ``--agents rest``, the same ``--app-id``). ``--batched`` takes
+The counters worker's CPU over that phase per message produced is what a message costs it
+at a steady rate (``worker_cpu_us_per_message``). ``--split-traps`` runs the trap path in
+its own worker process (``fabricwatch worker --agents traps`` beside ``--agents rest``, the
+same ``--app-id``). ``--batched`` takes
 the counters off Faust's stream (``FABRICWATCH_STREAMS__COUNTERS_BATCHED``).
 
 Writes benchmarks/results/host_messages.json.
@@ -57,12 +59,14 @@ from benchmarks.streams_bench import (  # noqa: E402
     bare_throughput,
     broker,
     committed_total,
+    cpu_seconds,
     end_offsets,
     latency_phase,
     max_trap_rate,
 )
 from collectors.live.host_agent import AgentConfig, HostAgent  # noqa: E402
 from schemas import encode  # noqa: E402
+from schemas.events import columns_wire  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("sysfs_tree", ROOT / "tests" / "sysfs_tree.py")
@@ -78,6 +82,11 @@ async def template(tmp: Path) -> dict[str, Any]:
     return dict(orjson.loads(encode(counters)))
 
 
+# --columnar: the agent's counter_columns form (FABRICWATCH_KAFKA__COLUMNAR_COUNTERS); from
+# the environment, so the host-load producer's spawned process sends the same form
+COLUMNAR = os.environ.get("FW_BENCH_COLUMNAR") == "1"
+
+
 def host_message(tpl: dict[str, Any], host: str, seq: int, ts: int) -> bytes:
     ports = []
     for i, sample in enumerate(tpl["ports"]):
@@ -89,8 +98,8 @@ def host_message(tpl: dict[str, Any], host: str, seq: int, ts: int) -> bytes:
         s["xmit_wait"] = s["xmit_wait"] + seq * 1000 + i
         s["port_xmit_data"] = s.get("port_xmit_data", 0) + seq * 5_000_000
         ports.append(s)
-    return orjson.dumps({**tpl, "id": f"{host}/{seq}", "ts": ts, "device": host,
-                         "ports": ports})
+    message = {**tpl, "id": f"{host}/{seq}", "ts": ts, "device": host, "ports": ports}
+    return orjson.dumps(columns_wire(message) if COLUMNAR else message)
 
 
 async def produce(bootstrap: str, tpl: dict[str, Any], hosts: int, intervals: int,
@@ -211,6 +220,7 @@ async def run(args: argparse.Namespace, state: Path, bootstrap: str) -> dict[str
     latency: dict[str, Any] | None = None
     produced: dict[str, float] = {}
     backlog: list[int] = []
+    load_cpu: list[float] = []  # the counters worker's CPU seconds over the host load
     try:
         ready = max([await asyncio.to_thread(w.wait_ready) for w in workers])
         while True:
@@ -229,12 +239,14 @@ async def run(args: argparse.Namespace, state: Path, bootstrap: str) -> dict[str
                 proc = ctx.Process(target=host_load_process, daemon=True, args=(
                     bootstrap, tpl, args.hosts, args.host_rate, done, results))
                 proc.start()
+                cpu0 = cpu_seconds(worker.proc.pid)
                 try:
                     await asyncio.sleep(args.warm_up)  # the backlog builds before traps
                     backlog.append(await lag(bootstrap, group, tps))
                     await stop.wait()
                 finally:
                     done.set()
+                    load_cpu.append(cpu_seconds(worker.proc.pid) - cpu0)
                     produced.update(await asyncio.to_thread(results.get, True, 120))
                     await asyncio.to_thread(proc.join, 30)
             latency = await latency_phase(bootstrap, args.latency_traps, args.trap_rate,
@@ -261,6 +273,7 @@ async def run(args: argparse.Namespace, state: Path, bootstrap: str) -> dict[str
         "load_average_1m_at_end": round(os.getloadavg()[0], 2),
         "split_traps": args.split_traps,
         "counters_batched": args.batched,
+        "message_form": "counter_columns" if COLUMNAR else "counters",
         "host_load": None if latency is None else {
             "target_messages_per_s": min(args.host_rate, float(args.hosts)),
             "produced_messages": produced.get("messages"),
@@ -268,6 +281,12 @@ async def run(args: argparse.Namespace, state: Path, bootstrap: str) -> dict[str
                                     / max(produced.get("seconds", 0), 1e-9)),
             "counters_backlog_at_first_trap": backlog[0] if backlog else None,
             "counters_backlog_at_end": backlog[1] if len(backlog) > 1 else None,
+            # what a message costs the worker at a steady rate (with the traps), when it
+            # keeps up (the backlog at the end no larger than at the first trap)
+            "worker_cpu_s": round(load_cpu[0], 2) if load_cpu else None,
+            "worker_cpu_us_per_message": (
+                round(load_cpu[0] / produced["messages"] * 1e6, 1)
+                if load_cpu and produced.get("messages") else None),
         },
         "latency_under_host_load": latency,
         "target_trap_p99_ms": 100,
@@ -288,10 +307,16 @@ def main() -> None:
                         help="the trap path in its own worker process (--agents traps)")
     parser.add_argument("--batched", action="store_true",
                         help="the worker with FABRICWATCH_STREAMS__COUNTERS_BATCHED")
+    parser.add_argument("--columnar", action="store_true",
+                        help="the host messages as counter_columns (the agent's columnar form)")
     parser.add_argument("--scenario", default="host_messages",
                         help="results file name: benchmarks/results/<scenario>.json")
     parser.add_argument("--bootstrap", default=None)
     args = parser.parse_args()
+    if args.columnar:
+        global COLUMNAR
+        COLUMNAR = True
+        os.environ["FW_BENCH_COLUMNAR"] = "1"
     if args.latency_traps and not 0 < args.trap_rate <= max_trap_rate():
         parser.error(f"--trap-rate: more than 0 and at most {max_trap_rate():.1f}/s")
     if args.latency_traps < 0 or args.host_rate <= 0 or args.warm_up < 0:
