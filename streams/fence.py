@@ -35,6 +35,7 @@ from typing import Any
 
 import faust
 from faust.exceptions import Skip
+from faust.streams import current_event
 
 log = logging.getLogger(__name__)
 
@@ -99,8 +100,26 @@ class MembershipFence:
                         self.session_timeout_s)
 
 
+def _clock() -> float:
+    """Seconds that go on while the machine sleeps (a suspended or paused VM's members are
+    dropped too), monotonic where the system has no such clock."""
+    return time.clock_gettime(BOOTTIME) if BOOTTIME is not None else time.monotonic()
+
+
+BOOTTIME: int | None = getattr(time, "CLOCK_BOOTTIME", None)
+
+
+def _skip(app: Any, message: Any) -> Skip:
+    """Skip an event of an older generation as handled without recording its offset: Faust
+    has forgotten the partition's acks and committed offset at the revocation, and an ack
+    now could let the next commit pass it before the new generation reads it again."""
+    message.acked = True
+    app.consumer._unacked_messages.discard(message)  # noqa: SLF001 - the ack it skips
+    return Skip()
+
+
 def fenced_stream(fence: MembershipFence,
-                  clock: Callable[[], float] = time.monotonic) -> type[faust.Stream[Any]]:
+                  clock: Callable[[], float] = _clock) -> type[faust.Stream[Any]]:
     """A ``faust.Stream`` class whose every stream passes its events through ``fence`` first
     (the app's ``Stream`` setting, so no agent can be declared without it)."""
 
@@ -115,15 +134,16 @@ def fenced_stream(fence: MembershipFence,
 
             def fence_events(value: Any) -> Any:
                 # Plain on the hot path: Faust awaits what a processor returns only when
-                # it is awaitable, so only an event in doubt costs a coroutine.
-                event = stream.current_event
+                # it is awaitable, so only an event in doubt costs a coroutine. The event
+                # is the task's (a context variable): a clone shares this processor.
+                event = current_event()
                 if event is None:
                     return value
                 app = stream.app
                 if not fence.holds(clock(), app.consumer_generation_id, app.rebalancing):
                     return wait_then_check(event, value)
                 if event.message.generation_id != app.consumer_generation_id:
-                    raise Skip()
+                    raise _skip(app, event.message)
                 return value
 
             async def wait_then_check(event: Any, value: Any) -> Any:
@@ -133,7 +153,7 @@ def fenced_stream(fence: MembershipFence,
                                       app.rebalancing):
                     await asyncio.sleep(POLL_S)
                 if event.message.generation_id != app.consumer_generation_id:
-                    raise Skip()
+                    raise _skip(app, event.message)
                 return value
 
             fence_events.membership_fence = True  # type: ignore[attr-defined]
@@ -143,8 +163,13 @@ def fenced_stream(fence: MembershipFence,
 
 
 def start_ticker(app: faust.App, fence: MembershipFence,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-    """Beat ``fence`` every ``BEAT_S`` from the app's loop while the worker runs."""
+                 clock: Callable[[], float] = _clock) -> None:
+    """Beat ``fence`` every ``BEAT_S`` from the app's loop while the worker runs.
+
+    The fence needs ``stream_wait_empty`` off: with it, a rebalance would wait (without a
+    timeout) for the streams to empty, while an event in doubt waits for the rebalance."""
+    if app.conf.stream_wait_empty:
+        raise ValueError("the membership fence needs stream_wait_empty=False")
 
     @app.timer(BEAT_S, name="membership-fence")  # type: ignore[untyped-decorator]
     async def beat() -> None:

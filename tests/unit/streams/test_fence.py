@@ -4,7 +4,6 @@ event of an older generation than the app's is skipped, not applied."""
 from __future__ import annotations
 
 import asyncio
-from types import SimpleNamespace
 from typing import Any
 
 import faust
@@ -63,14 +62,36 @@ def test_with_no_rebalance_a_few_heartbeats_later_the_membership_held() -> None:
     assert f.holds(6.0 + grace, 7, False)
 
 
+class _Consumer:  # what the fence touches of Faust's consumer (a real one opens sockets)
+    def __init__(self) -> None:
+        self._unacked_messages: set[Any] = set()
+
+
 def stream_of(f: MembershipFence, now: list[float]) -> Any:
     app = faust.App("fence-test", broker="kafka://127.0.0.1:1")
+    app.consumer = _Consumer()
     cls = fenced_stream(f, clock=lambda: now[0])
     return cls(app=app, channel=None)
 
 
+class _Message:
+    def __init__(self, generation: int) -> None:
+        self.generation_id = generation
+        self.acked = False
+
+
+class _Event:  # an object a weak reference can point at, as Faust keeps the current event
+    def __init__(self, generation: int) -> None:
+        self.message = _Message(generation)
+
+
 def event(generation: int) -> Any:
-    return SimpleNamespace(message=SimpleNamespace(generation_id=generation))
+    return _Event(generation)
+
+
+def current(stream: Any, ev: Any) -> Any:
+    stream._set_current_event(ev)  # as Faust's iterators do, the task's context variable
+    return ev
 
 
 def test_the_stream_skips_an_event_of_an_older_generation() -> None:
@@ -78,12 +99,16 @@ def test_the_stream_skips_an_event_of_an_older_generation() -> None:
     stream = stream_of(f, now)
     stream.app.consumer_generation_id = 3
     processor = stream._processors[0]
-    stream.current_event = event(3)
+    now_ = current(stream, event(3))
     assert processor("v") == "v"  # not a coroutine: the hot path awaits nothing
-    stream.current_event = event(2)
+    assert not now_.message.acked
+    old = current(stream, event(2))
+    stream.app.consumer._unacked_messages.add(old.message)
     with pytest.raises(Skip):
         processor("v")
-    stream.current_event = None  # a value with no event (an iterable channel)
+    # handled, its offset not recorded (Faust's ack then leaves it alone)
+    assert old.message.acked and old.message not in stream.app.consumer._unacked_messages
+    current(stream, None)  # a value with no event (an iterable channel)
     assert processor("w") == "w"
 
 
@@ -94,7 +119,7 @@ def test_an_event_in_doubt_waits_and_is_skipped_when_the_group_moved_on() -> Non
     app.consumer_generation_id = 8
     f.beat(0.0, 8)
     now[0] = 25.0  # the process stood still 25 s
-    stream.current_event = event(8)
+    held = current(stream, event(8))  # (Faust holds a weak reference: keep it alive)
     waiting = stream._processors[0]("v")
     assert asyncio.iscoroutine(waiting)
 
@@ -110,6 +135,7 @@ def test_an_event_in_doubt_waits_and_is_skipped_when_the_group_moved_on() -> Non
         with pytest.raises(Skip):
             await waiting
         assert task.done()  # it waited for the new generation
+        assert held.message.acked
 
     asyncio.run(run())
 
@@ -120,8 +146,9 @@ def test_an_event_in_doubt_is_applied_when_the_membership_held() -> None:
     stream.app.consumer_generation_id = 8
     f.beat(0.0, 8)
     now[0] = 6.0
-    stream.current_event = event(8)
+    held = current(stream, event(8))
     waiting = stream._processors[0]("v")
+    assert asyncio.iscoroutine(waiting)
 
     async def run() -> Any:
         async def clock_runs() -> None:
@@ -135,10 +162,17 @@ def test_an_event_in_doubt_is_applied_when_the_membership_held() -> None:
             ticking.cancel()
 
     assert asyncio.run(run()) == "v"
+    assert not held.message.acked  # applied as usual: Faust acks it after the agent
 
 
-def test_a_cloned_stream_keeps_one_fence() -> None:
+def test_a_cloned_stream_keeps_one_fence_and_it_judges_the_clone_s_events() -> None:
     f, now = fence(), [0.0]
     stream = stream_of(f, now)
     clone = stream.clone()
-    assert sum(getattr(p, "membership_fence", False) for p in clone._processors) == 1
+    fences = [p for p in clone._processors if getattr(p, "membership_fence", False)]
+    assert len(fences) == 1
+    clone.app.consumer_generation_id = 5
+    held = current(clone, event(4))  # the clone's, the parent's current_event untouched
+    assert stream.current_event is None and held is not None
+    with pytest.raises(Skip):
+        fences[0]("v")
