@@ -94,6 +94,7 @@ class CountersPath:
             samples = msg.port_count
         else:
             value, detections, downs, redelivered = sa.engine.apply_counters(value, msg)
+            self.views.pop(key, None)  # the rows moved the state past any column view
             samples = len(msg.ports)
         self.cache[key] = value
         state = value["s"]

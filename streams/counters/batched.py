@@ -163,6 +163,7 @@ class BatchedCounters:
         # applied since the last flush: the offsets to commit, the outputs to await
         self.uncommitted: dict[Any, int] = {}
         self.committed: dict[Any, int] = {}  # the last offsets this worker committed
+        self.generation: int | None = None  # the group generation of the assignment held
         self.pending: list[Awaitable[Any]] = []
         self.flushed_at = time.monotonic()
         self.consumer: Any = None
@@ -281,6 +282,11 @@ class BatchedCounters:
     async def still_member(self) -> bool:
         """Whether the group still has this worker: the offsets it last committed, committed
         again (the broker refuses a member it dropped). One round trip a flush."""
+        # a member whose heartbeat already failed has generation -1, and the broker takes
+        # a commit of generation -1 when the group is empty (another worker came and went)
+        generation = getattr(getattr(self.consumer, "_coordinator", None), "generation", None)
+        if generation is not None and (generation < 0 or generation != self.generation):
+            return False
         again = {tp: o for tp, o in self.committed.items() if tp.partition in self.held}
         if not again:
             return True  # nothing committed yet in this assignment: nothing to ask with
@@ -322,7 +328,13 @@ class BatchedCounters:
 
     async def revoked(self, partitions: set[int]) -> None:
         async with self.lock:  # the batch in hand is applied first, all of it committed
-            await self.flush()
+            try:
+                await self.flush()
+            except Exception:  # aiokafka would log it and rebalance on regardless
+                # states it took off for sending may not have reached the changelog, and
+                # the offsets past them are not committed: keep none, restore what comes back
+                log.exception("counters: the flush before a rebalance failed")
+                self.refuse(set(self.held), "the flush before a rebalance failed")
             # their states stay in memory until the assignment: equal to their changelogs
             # (all sent before the commit), so a partition given back needs no restore
             self.kept |= partitions & self.held
@@ -337,6 +349,10 @@ class BatchedCounters:
         async with self.lock:
             self.unprepared = set(partitions)
             self.held = set()
+            # the generation this assignment belongs to (aiokafka's coordinator has no
+            # public accessor): a flush under another one is not this member's
+            coordinator = getattr(self.consumer, "_coordinator", None)
+            self.generation = getattr(coordinator, "generation", None)
 
     async def prepare(self) -> None:
         """Make the last assignment's states ready (under the lock, in the run task).

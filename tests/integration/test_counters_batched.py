@@ -11,6 +11,7 @@ changelogs. The detections must be replay's, each published once or as identical
 from __future__ import annotations
 
 import asyncio
+import math
 import re
 import signal
 import sys
@@ -20,10 +21,10 @@ from pathlib import Path
 
 import orjson
 import pytest
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.partitioner import DefaultPartitioner
 
-from schemas import Counters, Event, PortSample, message_key
+from schemas import Counters, Event, PortSample, encode, message_key
 from schemas import topics as registry
 
 pytestmark = pytest.mark.integration
@@ -192,6 +193,16 @@ async def counters_committed(bootstrap: str, group: str) -> int:
         await consumer.stop()
 
 
+async def committed_to_the_end(bootstrap: str, app_id: str, worker: Worker) -> None:
+    """Wait until the batched group has committed everything on the counters topic (an
+    interval's flush runs with no new fetch too)."""
+    end = await counters_end(bootstrap)
+    deadline = time.monotonic() + 60
+    while await counters_committed(bootstrap, f"{app_id}-counters") < end:
+        assert time.monotonic() < deadline, worker.tail()[-1500:]
+        await asyncio.sleep(1)
+
+
 async def changelog_records(bootstrap: str, topic: str) -> int:
     """Records written to ``topic`` so far (end minus beginning offsets, all partitions)."""
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
@@ -212,9 +223,9 @@ async def changelog_records(bootstrap: str, topic: str) -> int:
 async def test_a_trickle_of_counters_writes_each_state_once_a_commit_interval(
         kafka_bootstrap: str, tmp_path: Path) -> None:
     # 12 rounds of 30 devices, one round every 0.6 s: a write per batch is a record per
-    # device and fetch; once a 5 s commit interval it is at most one per device and interval
-    # (7 s of rounds: at most 3 intervals). The offsets still reach the end once the trickle
-    # stops (the interval's flush runs with no new fetch), and the detections are replay's.
+    # device and fetch; once a 5 s commit interval it is at most one per device and
+    # interval. The offsets still reach the end once the trickle stops (the interval's
+    # flush runs with no new fetch), and the detections are replay's.
     app_id = f"fw-batched-{uuid.uuid4().hex[:8]}"
     tag = app_id.rsplit("-", 1)[1]
     base = int(time.time() * 1000) - 4 * 3600_000
@@ -226,24 +237,34 @@ async def test_a_trickle_of_counters_writes_each_state_once_a_commit_interval(
         by_round = [events[r * 30:(r + 1) * 30] for r in range(25)]
         await publish(kafka_bootstrap, [e for part in by_round[:13] for e in part])
         await collect(kafka_bootstrap, "fabric.detections", 1, tag.encode(), settle=0.0)
+        await committed_to_the_end(kafka_bootstrap, app_id, worker)  # all of it flushed
         before = await changelog_records(kafka_bootstrap,
                                          f"{app_id}-counters-batched-changelog")
-        for part in by_round[13:]:
-            await publish(kafka_bootstrap, part)
-            await asyncio.sleep(0.6)
+        producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all",
+                                    linger_ms=5)
+        await producer.start()
+        started = time.monotonic()
+        try:
+            for part in by_round[13:]:  # one producer: a round is sent in milliseconds
+                for ev in part:
+                    await producer.send(registry.COUNTERS.name, encode(ev),
+                                        key=message_key(ev).encode())
+                await producer.flush()
+                await asyncio.sleep(0.6)
+        finally:
+            await producer.stop()
+        took = time.monotonic() - started
         got = await collect(kafka_bootstrap, "fabric.detections", len(want), tag.encode(),
                             wait_s=120, settle=8.0, by_id=True)
         assert {orjson.loads(v)["id"] for v in got} == want
         assert_copies_identical(got)
         trickle = await changelog_records(kafka_bootstrap,
                                           f"{app_id}-counters-batched-changelog") - before
-        # 7 s of rounds touch at most 3 intervals; a write per batch was 125 here (fetches
-        # take a few rounds each), once an interval 60
-        assert 30 <= trickle <= 90, trickle
-        end = await counters_end(kafka_bootstrap)
-        deadline = time.monotonic() + 30
-        while await counters_committed(kafka_bootstrap, f"{app_id}-counters") < end:
-            assert time.monotonic() < deadline, worker.tail()[-1500:]
-            await asyncio.sleep(1)
+        # at most one record per device and 5 s interval the trickle touched (~8 s: 3),
+        # where a write per fetch is one per device and round (360)
+        intervals = math.ceil(took / 5.0) + 1
+        assert intervals <= 4, took
+        assert 30 <= trickle <= 30 * intervals, (trickle, took)
+        await committed_to_the_end(kafka_bootstrap, app_id, worker)
     finally:
         worker.stop()
