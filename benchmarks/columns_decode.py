@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import streams_bench as sb  # noqa: E402
 from benchmarks._machine import save_and_print  # noqa: E402
-from benchmarks.counters_intervals import _Worker  # noqa: E402
+from benchmarks.counters_intervals import CountersHarness  # noqa: E402
 from schemas import decode  # noqa: E402
 from schemas.events import CounterColumns, check_device  # noqa: E402
 from streams.counters.agent import CountersPath  # noqa: E402
@@ -51,7 +51,7 @@ async def path_us(ports: int, devices: int, intervals: int) -> float:
     base = int(time.time() * 1000) - 3 * 3600_000
     raws = [[sb.counters_batch(dev, i, base + i * 10_000, errs=d % 100 == 0)
              for d, dev in enumerate(names)] for i in range(intervals)]
-    worker = _Worker()
+    worker = CountersHarness()
     path = CountersPath(worker, {})  # type: ignore[arg-type]  # the parts it uses
     observer = StaleObserver(worker, {})  # type: ignore[arg-type]
     worker.counters_observers.append(observer.observe)

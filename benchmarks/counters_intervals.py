@@ -35,18 +35,19 @@ from streams.engine import Engine  # noqa: E402
 from streams.stale.agent import StaleObserver  # noqa: E402
 
 
-class _Sink:
-    """Stands for the worker's producer: counts what the path would send."""
+class SentSink:
+    """Stands for the worker's producer: keeps the values the path would send."""
 
     def __init__(self) -> None:
-        self.sent = 0
+        self.sent: list[bytes] = []
 
-    async def send(self, **_: Any) -> None:
-        self.sent += 1
+    async def send(self, *, value: bytes, **_: Any) -> None:
+        self.sent.append(value)
 
 
-class _Worker:
-    """The parts of ``StreamsApp`` the counters path and the stale observer use."""
+class CountersHarness:
+    """The parts of ``StreamsApp`` the counters path and the stale observer use (also the
+    unit tests' stand-in: ``tests/unit/streams/test_counters_path_host.py``)."""
 
     def __init__(self) -> None:
         from runtime.settings import Settings
@@ -55,11 +56,11 @@ class _Worker:
         self.settings = Settings()
         self.stats: defaultdict[str, float] = defaultdict(float)
         self.counters_observers: list[Any] = []
-        self.counter_downs = _Sink()
-        self.detections = 0
+        self.counter_downs = SentSink()
+        self.published: list[Any] = []
 
     async def publish(self, detections: list[Any], pending: Any = None) -> None:
-        self.detections += len(detections)
+        self.published += detections
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -68,7 +69,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     base = int(time.time() * 1000) - 3 * 3600_000
     raws = [[sb.counters_batch(dev, i, base + i * 10_000, errs=d % 100 == 0)
              for d, dev in enumerate(devices)] for i in range(args.intervals)]
-    worker = _Worker()
+    worker = CountersHarness()
     path = CountersPath(worker, {})  # type: ignore[arg-type]  # the parts it uses
     if not args.no_stale:
         observer = StaleObserver(worker, {})  # type: ignore[arg-type]
@@ -105,7 +106,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "ratio_path_steady_to_decode": round(statistics.median(steady)
                                              / statistics.mean(decode_us), 2),
         "states_persisted": int(worker.stats["persisted"]),
-        "counter_downs": worker.counter_downs.sent, "detections": worker.detections,
+        "counter_downs": len(worker.counter_downs.sent), "detections": len(worker.published),
     }
 
 

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import host_messages_bench as hb  # noqa: E402
 from benchmarks._machine import save_and_print  # noqa: E402
-from benchmarks.counters_intervals import _Worker  # noqa: E402
+from benchmarks.counters_intervals import CountersHarness  # noqa: E402
 from schemas import CounterColumns, Counters, decode  # noqa: E402
 from streams.counters.agent import CountersPath  # noqa: E402
 from streams.stale.agent import StaleObserver  # noqa: E402
@@ -42,7 +42,7 @@ def messages(tpl: dict[str, Any], hosts: int, intervals: int, columnar: bool) ->
 
 
 def path_us(raws: list[bytes]) -> float:
-    worker = _Worker()
+    worker = CountersHarness()
     path = CountersPath(worker, {})  # type: ignore[arg-type]  # the parts it uses
     observer = StaleObserver(worker, {})  # type: ignore[arg-type]
     worker.counters_observers.append(observer.observe)

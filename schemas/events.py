@@ -439,14 +439,17 @@ assert all(info.default is None for name, info in PortSample.model_fields.items(
            if name != "port"), "a PortSample field's default is not None"
 assert list(Counters.model_fields) == ["v", "id", "ts", "fabric", "source", "kind",  # noqa: S101
                                        "device", "ports"], "CounterColumns.rows needs this"
-def _picker(indices: list[int]) -> Callable[[Sequence[Any]], tuple[Any, ...]]:
-    """The values at ``indices`` as a tuple, in C (``itemgetter`` of one gives no tuple)."""
-    if len(indices) == 1:
-        only = indices[0]
+
+
+def values_at(keys: Sequence[Any]) -> Callable[[Any], tuple[Any, ...]]:
+    """The values at ``keys`` (indices of a row, names of a dict) as a tuple, in C
+    (``itemgetter`` of one key gives the value, not a tuple)."""
+    if len(keys) == 1:
+        only = keys[0]
         return lambda values: (values[only],)
-    if not indices:
+    if not keys:
         return lambda values: ()
-    return itemgetter(*indices)
+    return itemgetter(*keys)
 
 
 _new_object = object.__new__
@@ -555,8 +558,8 @@ class CounterColumns(Envelope):
         # nulls left out: what ``PortSample.model_construct`` makes of the same dict, fields
         # set and extras alike, without its per-field default lookups.
         unknown = [n for n in names if n not in _SAMPLE_NONE]
-        pick_known = _picker([i for i, n in enumerate(names) if n in _SAMPLE_NONE])
-        pick_unknown = _picker([i for i, n in enumerate(names) if n not in _SAMPLE_NONE])
+        pick_known = values_at([i for i, n in enumerate(names) if n in _SAMPLE_NONE])
+        pick_unknown = values_at([i for i, n in enumerate(names) if n not in _SAMPLE_NONE])
         for values in rows:
             values_of = dict(_SAMPLE_NONE)
             values_of.update(zip(known, pick_known(values), strict=True))
@@ -599,10 +602,10 @@ class CounterColumns(Envelope):
     def split(self) -> list[CounterColumns]:
         """One message per device, as ``Counters.split``: itself when no port names its
         own device; a part's id is ``{id}/{device}``, its columns those ports' values."""
-        cols: Any = self.columns
-        devices: list[str | None] | None = cols.device
-        if devices is None or devices.count(None) == len(devices):
+        if not self.names_devices():
             return [self]
+        cols: Any = self.columns
+        devices: list[str | None] = cols.device
         groups: dict[str, list[int]] = {}
         for i, name in enumerate(devices):
             groups.setdefault(name or self.device, []).append(i)

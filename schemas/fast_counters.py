@@ -37,6 +37,7 @@ from schemas.events import (
     Counters,
     PortSample,
     checked_model,
+    values_at,
 )
 
 # Field kinds the hot loop tests inline (no call per value).
@@ -232,12 +233,7 @@ def _shape(keys: tuple[str, ...]) -> _Shape | None:
         elif name != "port":
             low, high = _LIMITS[name]
             others.append((name, kind, low, high))
-    getter: Callable[[dict[str, Any]], tuple[Any, ...]] | None = None
-    if len(counts) == 1:
-        only = counts[0]
-        getter = lambda sample: (sample[only],)  # noqa: E731  # itemgetter of one is no tuple
-    elif counts:
-        getter = itemgetter(*counts)
+    getter = values_at(counts) if counts else None
     # Columns for messages of one shape: only the kinds a column check covers (a sample's
     # own device and counter_bits need the sample-by-sample check).
     fields = [name for name in keys if name in _KIND]

@@ -100,13 +100,13 @@ class MembershipFence:
                         self.session_timeout_s)
 
 
+BOOTTIME: int | None = getattr(time, "CLOCK_BOOTTIME", None)
+
+
 def _clock() -> float:
     """Seconds that go on while the machine sleeps (a suspended or paused VM's members are
     dropped too), monotonic where the system has no such clock."""
     return time.clock_gettime(BOOTTIME) if BOOTTIME is not None else time.monotonic()
-
-
-BOOTTIME: int | None = getattr(time, "CLOCK_BOOTTIME", None)
 
 
 def _skip(app: Any, message: Any) -> Skip:

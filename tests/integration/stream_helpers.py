@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import orjson
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from schemas import Event, PortEvent, encode, message_key
 from schemas.policy import Policy
@@ -88,6 +88,39 @@ class Worker:
                 self.proc.wait(10)
                 return False
         return True
+
+
+async def _partitions(consumer: AIOKafkaConsumer, topic: str) -> list[TopicPartition]:
+    parts = consumer.partitions_for_topic(topic) or set()
+    if not parts:
+        await consumer._client.force_metadata_update()  # noqa: SLF001 - first lookup
+        parts = consumer.partitions_for_topic(topic) or set()
+    assert parts, topic
+    return [TopicPartition(topic, p) for p in sorted(parts)]
+
+
+async def committed(bootstrap: str, group: str, topic: str) -> int:
+    """The offsets ``group`` has committed on ``topic``, summed over its partitions."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group,
+                                enable_auto_commit=False)
+    await consumer.start()
+    try:
+        return sum([await consumer.committed(tp) or 0
+                    for tp in await _partitions(consumer, topic)])
+    finally:
+        await consumer.stop()
+
+
+async def offsets(bootstrap: str, topic: str) -> tuple[int, int]:
+    """``topic``'s beginning and end offsets, each summed over its partitions."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        tps = await _partitions(consumer, topic)
+        starts, ends = await consumer.beginning_offsets(tps), await consumer.end_offsets(tps)
+        return sum(starts.values()), sum(ends.values())
+    finally:
+        await consumer.stop()
 
 
 async def publish(bootstrap: str, events: list[Event | tuple[str, bytes]]) -> None:

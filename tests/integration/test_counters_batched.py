@@ -21,7 +21,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaProducer
 from aiokafka.partitioner import DefaultPartitioner
 
 from schemas import Counters, Event, PortSample, encode, message_key
@@ -35,7 +35,9 @@ from stream_helpers import (  # noqa: E402
     Worker,
     assert_copies_identical,
     collect,
+    committed,
     expected,
+    offsets,
     publish,
 )
 
@@ -170,54 +172,20 @@ async def test_a_worker_out_of_the_group_a_while_reads_back_what_another_committ
         one.stop()
 
 
-def counters_partitions() -> list[TopicPartition]:
-    return [TopicPartition(registry.COUNTERS.name, p) for p in range(registry.COUNTERS.partitions)]
-
-
-async def counters_end(bootstrap: str) -> int:
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
-    await consumer.start()
-    try:
-        return sum((await consumer.end_offsets(counters_partitions())).values())
-    finally:
-        await consumer.stop()
-
-
-async def counters_committed(bootstrap: str, group: str) -> int:
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group,
-                                enable_auto_commit=False)
-    await consumer.start()
-    try:
-        return sum([await consumer.committed(tp) or 0 for tp in counters_partitions()])
-    finally:
-        await consumer.stop()
-
-
 async def committed_to_the_end(bootstrap: str, app_id: str, worker: Worker) -> None:
     """Wait until the batched group has committed everything on the counters topic (an
     interval's flush runs with no new fetch too)."""
-    end = await counters_end(bootstrap)
+    _, end = await offsets(bootstrap, registry.COUNTERS.name)
     deadline = time.monotonic() + 60
-    while await counters_committed(bootstrap, f"{app_id}-counters") < end:
+    while await committed(bootstrap, f"{app_id}-counters", registry.COUNTERS.name) < end:
         assert time.monotonic() < deadline, worker.tail()[-1500:]
         await asyncio.sleep(1)
 
 
 async def changelog_records(bootstrap: str, topic: str) -> int:
     """Records written to ``topic`` so far (end minus beginning offsets, all partitions)."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
-    await consumer.start()
-    try:
-        parts = consumer.partitions_for_topic(topic) or set()
-        if not parts:
-            await consumer._client.force_metadata_update()  # noqa: SLF001 - first lookup
-            parts = consumer.partitions_for_topic(topic) or set()
-        assert parts, topic
-        tps = [TopicPartition(topic, p) for p in parts]
-        ends, starts = await consumer.end_offsets(tps), await consumer.beginning_offsets(tps)
-        return sum(ends[tp] - starts[tp] for tp in tps)
-    finally:
-        await consumer.stop()
+    start, end = await offsets(bootstrap, topic)
+    return end - start
 
 
 async def test_a_trickle_of_counters_writes_each_state_once_a_commit_interval(

@@ -24,7 +24,7 @@ from typing import Any
 
 import orjson
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaProducer
 
 from schemas import Counters, Event, PortSample, Probe, encode
 from schemas.policy import Policy
@@ -42,6 +42,7 @@ from stream_helpers import (  # noqa: E402
     Worker,
     assert_copies_identical,
     collect,
+    committed,
     downs,
     expected,
     publish,
@@ -258,22 +259,6 @@ async def test_sim_faults_give_exactly_replays_detections(either_worker: Worker,
     got = await collect(worker.bootstrap, "fabric.detections", len(want),
                         f'"fabric":"{tag}"'.encode(), wait_s=150, settle=5.0, by_id=True)
     assert_replays(got, want, worker.tail())
-
-
-async def committed(bootstrap: str, group: str, topic: str) -> int:
-    """The offsets ``group`` has committed on ``topic``, summed over its partitions."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group,
-                                enable_auto_commit=False)
-    await consumer.start()
-    try:
-        parts = consumer.partitions_for_topic(topic) or set()
-        if not parts:
-            await consumer._client.force_metadata_update()  # noqa: SLF001 - first lookup
-            parts = consumer.partitions_for_topic(topic) or set()
-        assert parts, topic
-        return sum([await consumer.committed(TopicPartition(topic, p)) or 0 for p in parts])
-    finally:
-        await consumer.stop()
 
 
 async def test_trap_path_apart_gives_exactly_replays_detections(kafka_bootstrap: str,

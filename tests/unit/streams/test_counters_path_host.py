@@ -4,44 +4,18 @@ same states, counter downs and detections as its rows (the row parts replay appl
 from __future__ import annotations
 
 import asyncio
-from collections import defaultdict
 from typing import Any
 
 import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runtime.settings import Settings
+from benchmarks.counters_intervals import CountersHarness
 from schemas import CounterColumns, Counters, PortSample, columns_wire, decode
-from schemas.policy import Policy
 from streams.counters.agent import CountersPath
-from streams.engine import Engine
 from streams.stale.agent import StaleObserver
 
 BASE = 1_700_000_000_000
-
-
-class _Sink:
-    def __init__(self) -> None:
-        self.sent: list[bytes] = []
-
-    async def send(self, *, key: bytes, value: bytes) -> None:
-        self.sent.append(value)
-
-
-class _Worker:
-    """The parts of ``StreamsApp`` the counters path and the stale observer use."""
-
-    def __init__(self) -> None:
-        self.engine = Engine(Policy())
-        self.settings = Settings()
-        self.stats: defaultdict[str, float] = defaultdict(float)
-        self.counters_observers: list[Any] = []
-        self.counter_downs = _Sink()
-        self.published: list[str] = []
-
-    async def publish(self, detections: list[Any], pending: Any = None) -> None:
-        self.published += [d.model_dump_json() for d in detections]
 
 
 def host_round(host: str, seq: int, bad: bool, downs: int) -> Counters:
@@ -58,7 +32,7 @@ def host_round(host: str, seq: int, bad: bool, downs: int) -> Counters:
 
 
 def run(messages: list[bytes]) -> tuple[list[str], list[bytes], dict[bytes, Any], Any]:
-    worker = _Worker()
+    worker = CountersHarness()
     table: dict[bytes, bytes] = {}
     stale: dict[bytes, bytes] = {}
     path = CountersPath(worker, table)  # type: ignore[arg-type]  # the parts it uses
@@ -73,7 +47,8 @@ def run(messages: list[bytes]) -> tuple[list[str], list[bytes], dict[bytes, Any]
 
     asyncio.run(go())
     states = {k: orjson.loads(v) for k, v in table.items()}
-    return worker.published, worker.counter_downs.sent, states, observer.scopes
+    published = [d.model_dump_json() for d in worker.published]
+    return published, worker.counter_downs.sent, states, observer.scopes
 
 
 @given(st.lists(st.tuples(st.booleans(), st.integers(0, 2)), min_size=2, max_size=14))
@@ -112,7 +87,7 @@ def test_a_message_without_per_port_devices_keeps_the_column_path() -> None:
                      ports=[PortSample(port=p, symbol_errors=0) for p in (1, 2)])
     msg = decode(orjson.dumps(columns_wire(plain.model_dump(mode="json", exclude_none=True))))
     assert isinstance(msg, CounterColumns) and not msg.names_devices()
-    worker = _Worker()
+    worker = CountersHarness()
     path = CountersPath(worker, {})  # type: ignore[arg-type]
     asyncio.run(path.process(msg, 0, []))
     assert list(path.views.values()) and all(v is not None for v in path.views.values())
