@@ -172,6 +172,9 @@ class Settings(BaseSettings):
     notify: NotifySettings = NotifySettings()
     # Serve Prometheus metrics on this port (runtime.metrics); unset: no endpoint.
     metrics_port: int | None = None
+    # The stream worker's and the ledger ingest's young-generation collector threshold
+    # (runtime.collector); 0 keeps CPython's default (700).
+    gc_young_threshold: int = Field(default=50_000, ge=0)
 
     def clickhouse_password(self) -> SecretStr | None:
         """The server ledger's password from the environment or its file (None: the URL's)."""

@@ -319,7 +319,9 @@ async def _ingest(ledger: LedgerBase, bootstrap: str, settings: Settings, *,
         bounds = TimeBounds.from_policy(Policy.load(settings.policy_path))
     except ContractError as exc:
         raise click.ClickException(f"policy {settings.policy_path}: {exc}") from None
+    from runtime import collector
 
+    collector.tune(settings.gc_young_threshold)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

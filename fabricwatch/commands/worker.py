@@ -98,6 +98,9 @@ def worker_command(policy_path: Path | None, workers: int, ledger: bool | None, 
                              + (64 if agents == "traps" else 0))
     asyncio.run(sa.ensure_topics())
     sa.load_pins()  # the pinned probe baselines, before consuming
+    from runtime import collector
+
+    collector.tune(settings.gc_young_threshold)
     worker = faust.Worker(sa.app, loglevel=loglevel.upper(), quiet=True,
                           redirect_stdouts=False, override_logging=False)
     worker.execute_from_commandline()
