@@ -8,6 +8,7 @@ enums are fixed forever: add, never rename.
 from __future__ import annotations
 
 import math
+import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
@@ -110,13 +111,17 @@ def ts_to_ms(value: Any) -> int:
     raise ValueError("ts must be epoch milliseconds or an RFC 3339 string")
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
 def check_device(value: str) -> str:
     if not value:
         raise ValueError("device name is empty")
     if len(value.encode("utf-8")) > MAX_DEVICE_BYTES:
         raise ValueError(f"device name is longer than {MAX_DEVICE_BYTES} bytes")
-    # C0 controls, DEL and C1 controls (Unicode category Cc).
-    if any(c < " " or "\x7f" <= c <= "\x9f" for c in value):
+    # C0 controls, DEL and C1 controls (Unicode category Cc); a regex scans in C (a
+    # host message names nine devices, a character loop was 3 % of the worker's time)
+    if _CONTROL.search(value):
         raise ValueError("device name contains a control character")
     return value
 

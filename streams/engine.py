@@ -10,8 +10,9 @@ calls the same ``step`` functions; only the storage and the transport differ.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
 from schemas import (
@@ -40,10 +41,11 @@ from streams.incidents import logic as incidents
 from streams.probes import logic as probes
 from streams.probes.paths import RouteBook
 from streams.sm import logic as sm
-from streams.stale.logic import StaleDetector
+from streams.stale.logic import StaleDetector, StreamReport
 
 # How many recent message ids a keyed state remembers, to recognise a redelivery.
 RECENT = 32
+_first = itemgetter(0)
 
 
 def once(value: dict[str, Any] | None, msg_id: str,
@@ -58,10 +60,11 @@ def once(value: dict[str, Any] | None, msg_id: str,
     state is untouched. Returns (value, detections, counter downs, was it a redelivery).
     """
     box = value if value is not None else {"s": None, "r": []}
-    for rid, dets, downs in box["r"]:
-        if rid == msg_id:
-            return (box, [Detection.model_validate(d) for d in dets],
-                    [CounterDowns.from_wire(d) for d in downs], True)
+    if msg_id in map(_first, box["r"]):  # (the scan in C: most messages are new)
+        for rid, dets, downs in box["r"]:
+            if rid == msg_id:
+                return (box, [Detection.model_validate(d) for d in dets],
+                        [CounterDowns.from_wire(d) for d in downs], True)
     box["s"], detections, counter_downs = apply(box["s"])
     box["r"].append([msg_id, [d.to_wire() for d in detections],
                      [d.to_wire() for d in counter_downs]])
@@ -238,7 +241,7 @@ class Engine:
         return box, dets, downs, redelivered, views[0]
 
     def apply_stale(self, value: dict[str, Any] | None, event: CountersMessage, lane: int = 0,
-                    parts: list[Counters] | list[CounterColumns] | None = None,
+                    parts: Sequence[StreamReport] | None = None,
                     held: Collection[str] = ()
                     ) -> tuple[dict[str, Any], list[Detection], list[CounterDowns], bool]:
         def run(st: Any) -> tuple[Any, list[Detection], list[CounterDowns]]:

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import base64
 import time
+import unicodedata
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from schemas import (
     ContractError,
@@ -155,3 +158,21 @@ def test_dead_letter_keeps_the_raw_bytes_and_reason() -> None:
     assert record.source_topic == "fabric.counters" and record.offset == 42
     assert "not valid JSON" in record.reason
     assert orjson.loads(encode(record))["kind"] == "dead_letter"
+
+
+@given(st.text(max_size=40))
+@settings(max_examples=400, deadline=None)
+def test_a_device_name_is_refused_for_exactly_the_control_characters(name: str) -> None:
+    """The C-level scan refuses what the character loop it replaced refused (Unicode Cc)."""
+    from schemas.events import MAX_DEVICE_BYTES, check_device
+
+    loop_refuses = any(c < " " or "\x7f" <= c <= "\x9f" for c in name)
+    if not name or len(name.encode("utf-8", "surrogatepass")) > MAX_DEVICE_BYTES:
+        return
+    try:
+        check_device(name)
+    except ValueError as exc:
+        assert loop_refuses and "control character" in str(exc)
+    else:
+        assert not loop_refuses
+    assert loop_refuses == any(unicodedata.category(c) == "Cc" for c in name)
