@@ -68,8 +68,6 @@ from runtime.settings import Settings
 from schemas import (
     Action,
     ContractError,
-    CounterColumns,
-    Counters,
     CountersMessage,
     DeadLetter,
     Detection,
@@ -84,6 +82,7 @@ from streams.engine import Context, Engine
 from streams.fence import MembershipFence, fenced_stream, start_ticker
 from streams.probes.pins import Pins
 from streams.sink import LedgerSink, LedgerWriter
+from streams.stale.logic import StreamReport
 from streams.transport import install_worker_transport, retry_kafka
 
 log = logging.getLogger(__name__)
@@ -249,7 +248,7 @@ class StreamsApp:
         # partition (the stale detector), so that a message is decoded once.
         self.counters_observers: list[Callable[[CountersMessage, int,
                                                 list[Awaitable[Any]] | None,
-                                                list[Counters] | list[CounterColumns]],
+                                                Sequence[StreamReport]],
                                                Awaitable[None]]] = []
         self.batched_counters: Any = None
         if self.batched:

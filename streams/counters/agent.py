@@ -16,15 +16,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from schemas import CounterColumns, Counters, CountersMessage
 from schemas import topics as registry
+from streams.counters import columns, hosts
 from streams.counters.columns import View
-from streams.counters.logic import counters_key
+from streams.counters.logic import LEGACY_SOURCES, counters_key
+from streams.stale.logic import Report, StreamReport
 
 if TYPE_CHECKING:
     from streams.app import StreamsApp
@@ -54,10 +56,16 @@ class CountersPath:
         self.cache: dict[bytes, dict[str, Any]] = {}
         # The column views of those states (streams.counters.columns), for columnar messages.
         self.views: dict[bytes, View | None] = {}
+        # A host's HCAs' column view (streams.counters.hosts) by the host's key, and the
+        # host key of each device state one is laid over (a row part drops the view).
+        self.hosts: dict[bytes, hosts.HostView] = {}
+        self.host_of: dict[bytes, bytes] = {}
 
     def reset(self) -> None:
         self.cache.clear()
         self.views.clear()
+        self.hosts.clear()
+        self.host_of.clear()
 
     async def process(self, msg: CountersMessage, partition: int,
                       pending: list[Awaitable[Any]] | None = None) -> None:
@@ -65,29 +73,104 @@ class CountersPath:
         then the observers (the stale detector). ``pending`` collects the sends' delivery
         futures when the caller commits only after them."""
         sa = self.sa
-        parts: list[Counters] | list[CounterColumns]
+        reports: Sequence[StreamReport]
         if isinstance(msg, CounterColumns) and msg.names_devices():
-            # a host agent's message, one part per HCA: each a device of a port or two,
-            # where the column checks cost more than they save (and a columnar split is
-            # 25x a row split); its row parts are the ones replay applies
-            parts = msg.rows().split()
+            # a host agent's message: its HCAs' rows judged together, each HCA that is not
+            # quiet applied as its row part (streams.counters.hosts)
+            reports = await self._host(msg, pending)
         else:
             parts = msg.split()  # a host agent's message: one part per HCA
-        for part in parts:
-            await self._part(part, pending)
+            for part in parts:
+                await self._part(part, pending)
+            reports = parts
         for observe in sa.counters_observers:  # the stale detector (the parts split once)
             try:
-                await observe(msg, partition, pending, parts)
+                await observe(msg, partition, pending, reports)
             except Exception:  # its failure is not this message's
                 log.exception("counters observer %s failed on %s", observe, msg.id)
 
-    async def _part(self, msg: CountersMessage, pending: list[Awaitable[Any]] | None) -> None:
-        sa = self.sa
-        key = counters_key(msg.fabric, msg.device, msg.source).encode()
+    def _value(self, key: bytes) -> dict[str, Any] | None:
         value = self.cache.get(key)
         if value is None:
             stored = self.table.get(key)
             value = orjson.loads(stored) if stored else None
+        return value
+
+    async def _host(self, msg: CounterColumns, pending: list[Awaitable[Any]] | None
+                    ) -> list[Report]:
+        """A host agent's columnar message: the HCAs the column checks find quiet are
+        stamped, the others applied as their row parts. Its stale reports, one per HCA."""
+        sa = self.sa
+        cols = msg.column_map()
+        ts = msg.ts
+        by_device = hosts.groups(cols["device"], msg.device)
+        names = list(by_device)
+        rows = list(by_device.values())
+        keys = [counters_key(msg.fabric, name, msg.source).encode() for name in names]
+        boxes = [self._value(key) for key in keys]
+        ids = [f"{msg.id}/{name}" for name in names]
+        slow: list[bool] | None = None
+        host_key = counters_key(msg.fabric, msg.device, msg.source).encode()
+        view = self.hosts.pop(host_key, None)
+        if all(box is not None and box["s"] is not None and not hosts.redelivered(box, pid)
+               for box, pid in zip(boxes, ids, strict=True)):
+            states = [box["s"] for box in boxes]  # type: ignore[index]
+            if view is None or not view.covers(sa.engine.counters, cols["device"],
+                                               cols["port"], states):
+                view = hosts.lay(sa.engine.counters, states, rows, cols["port"],
+                                 cols["device"])
+            if view is not None:
+                slow = hosts.judge(sa.engine.counters, view, cols, ts,
+                                   msg.source in LEGACY_SOURCES, list(msg.unknown_columns()),
+                                   rows)
+        if slow is None:
+            slow = [True] * len(names)
+        else:
+            for box, key, pid, at, go in zip(boxes, keys, ids, rows, slow, strict=True):
+                if go:
+                    continue
+                assert box is not None and view is not None  # noqa: S101 - judged above
+                hosts.stamp(box, pid, view, at, ts)
+                self._stamped(key, box, ts, len(at))
+        if any(slow):
+            # the row parts of the others, in the message's order (their rows may change:
+            # the view goes with them)
+            going = {name for name, go in zip(names, slow, strict=True) if go}
+            for part in msg.rows().split():
+                if part.device in going:
+                    await self._part(part, pending)
+        elif view is not None:
+            columns.refresh(view.view, ts, [])
+            self.hosts[host_key] = view
+            for key in keys:
+                self.host_of[key] = host_key
+        errors = cols.get("error")
+        port = cols["port"]
+        return [Report(msg.source, name, ts, [port[i] for i in at],
+                       None if errors is None else [errors[i] for i in at])
+                for name, at in zip(names, rows, strict=True)]
+
+    def _stamped(self, key: bytes, value: dict[str, Any], ts: int, samples: int) -> None:
+        """A quiet device's value after its stamp: kept, and written when it is due."""
+        sa = self.sa
+        self.cache[key] = value
+        self.views.pop(key, None)  # a device's own column view: its times moved
+        if ts - value.get("p", 0) >= PERSIST_EVERY_MS:
+            value["p"] = ts
+            t0 = time.perf_counter()
+            self.table[key] = orjson.dumps(value)
+            sa.stats["persist_ms"] += (time.perf_counter() - t0) * 1000
+            sa.stats["persisted"] += 1
+        sa.stats["events"] += 1
+        sa.stats["samples"] += samples
+
+    async def _part(self, msg: CountersMessage, pending: list[Awaitable[Any]] | None) -> None:
+        sa = self.sa
+        key = counters_key(msg.fabric, msg.device, msg.source).encode()
+        host = self.host_of.pop(key, None)
+        if host is not None:  # a host view laid over this state no longer reflects it
+            self.hosts.pop(host, None)
+        value = self._value(key)
         if isinstance(msg, CounterColumns):
             value, detections, downs, redelivered, self.views[key] = (
                 sa.engine.apply_counter_columns(value, msg, self.views.get(key)))

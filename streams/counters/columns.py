@@ -150,9 +150,17 @@ def select(det: CountersDetector, state: DeviceState, cols: dict[str, list[Any]]
         view = build(det, state, cols)
         if view is None:
             return None
+    return judge(det, view, cols, ts, legacy, unknown)
+
+
+def judge(det: CountersDetector, view: View, cols: dict[str, list[Any]], ts: int,
+          legacy: bool, unknown: Iterable[str] = ()
+          ) -> tuple[View, list[int], list[int]] | None:
+    """``select`` with a view known to be current for these columns (``streams.counters.
+    hosts`` lays one over a host's HCAs, a port of each device state)."""
     if ts <= view.ts:
         return None  # some port's last sample is not older: its stale count
-    n = len(ports)
+    n = len(view.ports)
     slow: set[int] = set()
     if view.any_always:
         slow.update(i for i, a in enumerate(view.always) if a)
@@ -257,10 +265,11 @@ def _gauges(det: CountersDetector, view: View, cols: dict[str, list[Any]],
 
 
 def _saturation(cols: dict[str, list[Any]], legacy: bool, slow: set[int]) -> None:
-    """Ports with their own register widths, and legacy counters at their maximum."""
+    """Ports with a counter at its register's maximum: by the port's own widths
+    (``counter_bits``; a host agent's every port has them), and the legacy widths."""
     bits = cols.get("counter_bits")
     if bits is not None:
-        slow.update(i for i, b in enumerate(bits) if b)
+        _own_widths(cols, bits, slow)
     if not legacy:
         return
     for name, width in LEGACY_COUNTER_BITS.items():
@@ -269,6 +278,30 @@ def _saturation(cols: dict[str, list[Any]], legacy: bool, slow: set[int]) -> Non
             top = (1 << width) - 1
             if top in col:
                 slow.update(i for i, v in enumerate(col) if v == top)
+
+
+def _own_widths(cols: dict[str, list[Any]], bits: list[Any], slow: set[int]) -> None:
+    """Ports whose own register widths have a counter at its maximum (``_saturation`` of
+    the per-sample way reads each named counter, a field or an unknown column alike). The
+    ports of a message mostly name the same widths: each distinct map is checked once."""
+    maps: list[tuple[Any, list[int]]] = []
+    for i, b in enumerate(bits):
+        if not b:
+            continue
+        for seen, at in maps:
+            if seen == b:
+                at.append(i)
+                break
+        else:
+            maps.append((b, [i]))
+    for widths, at in maps:
+        for name, width in widths.items():
+            col = cols.get(name)
+            if col is None or not (isinstance(width, int) and 0 < width < 64):
+                continue
+            top = (1 << width) - 1
+            if top in col:  # (a float equal to it too: only slower, never wrong)
+                slow.update(i for i in at if col[i] == top)
 
 
 def _link(view: View, cols: dict[str, list[Any]], n: int, slow: set[int]) -> None:

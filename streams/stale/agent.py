@@ -23,15 +23,15 @@ streams, so a rebalance during a silence still ends it with ``stale_end``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from schemas import CounterColumns, Counters, CountersMessage
+from schemas import CountersMessage
 from schemas import topics as registry
 from streams.common import state_key
-from streams.stale.logic import stream_key
+from streams.stale.logic import StreamReport, stream_key
 
 if TYPE_CHECKING:
     from streams.app import StreamsApp
@@ -81,6 +81,7 @@ class StaleObserver:
             box["s"] = {"clock": None, "checked": None, "fabric": fabric, "n": 0, "w": {},
                         "s": {}}
         state = box["s"]
+        state.pop("due", None)  # deadlines read back: the next check walks them all
         for key, rec in piece["s"].items():
             current = state["s"].get(key)
             if current is None or current[0] < rec[0]:
@@ -124,7 +125,7 @@ class StaleObserver:
 
     async def observe(self, msg: CountersMessage, partition: int,
                       pending: list[Awaitable[Any]] | None = None,
-                      parts: list[Counters] | list[CounterColumns] | None = None) -> None:
+                      parts: Sequence[StreamReport] | None = None) -> None:
         """One decoded counters message of ``partition`` (called by the counters path,
         with ``parts``: the message split, as ``msg.split()``)."""
         if (msg.fabric, partition) not in self.loaded:

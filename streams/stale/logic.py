@@ -54,10 +54,10 @@ so the per-message cost stays a few dictionary updates.
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Collection
-from typing import Any
+from collections.abc import Collection, Iterable, Sequence
+from typing import Any, Protocol
 
-from schemas import CounterColumns, Counters, CountersMessage, Detection, DetectionKind, Severity
+from schemas import CountersMessage, Detection, DetectionKind, Severity
 from schemas.policy import Policy
 from streams.common import episode_id, make_detection
 
@@ -65,6 +65,7 @@ from streams.common import episode_id, make_detection
 UNWATCHED_SOURCES = frozenset({"ibqueryerrors"})
 EWMA_WEIGHT = 0.2  # of a new gap in the learned interval
 CHECK_EVERY_MS = 250
+NEVER_DUE = 1 << 62  # no watched stream has a deadline
 IDLE_ROUNDS = 2  # reports per watched stream after which a quiet lane is idle
 DEVICE_PORT = 0  # a device-wide detection's port
 
@@ -79,12 +80,54 @@ DEVICE_PORT = 0  # a device-wide detection's port
 #   ports (a message with the same ports all good again moves only ts; absent in states
 #   written before it existed)
 #   "g": the pending gaps (silences seen ahead of the clock), absent when none
+#   "due": the earliest deadline of a watched stream less a ms, from the last check that
+#   walked them and lowered by reports since (absent: unknown; never stored in a slice)
 #   "r": {"source\x1fdevice": ts}: the report that ended the stream's last silence longer
 #   than its limit, while that run of reports is shorter than the longest limit of the
 #   scope (the quorum counts such a stream only once its run is longer than the judged
 #   stream's limit); absent when none
 StaleState = dict[str, Any]
 _SEP = "\x1f"
+
+
+class StreamReport(Protocol):
+    """What the detector reads of one stream's report: a counters message or part of one
+    (``Counters``, ``CounterColumns``), or a ``Report``."""
+
+    @property
+    def source(self) -> str: ...
+    @property
+    def device(self) -> str: ...
+    @property
+    def ts(self) -> int: ...
+    def good_ports(self) -> list[int] | None: ...
+    def port_errors(self) -> Iterable[tuple[int, str | None]]: ...
+
+
+class Report:
+    """One HCA's report within a host's message, without building its row part (the
+    counters path makes these for a host's columnar message, ``streams.counters.hosts``):
+    what its part's ``good_ports`` and ``port_errors`` would give."""
+
+    __slots__ = ("device", "errors", "ports", "source", "ts")
+
+    def __init__(self, source: str, device: str, ts: int, ports: list[int],
+                 errors: list[str | None] | None) -> None:
+        self.source = source
+        self.device = device
+        self.ts = ts
+        self.ports = ports
+        self.errors = errors
+
+    def good_ports(self) -> list[int] | None:
+        errors = self.errors
+        if errors is not None and errors.count(None) != len(errors):
+            return None
+        return self.ports
+
+    def port_errors(self) -> Iterable[tuple[int, str | None]]:
+        errors = self.errors if self.errors is not None else [None] * len(self.ports)
+        return zip(self.ports, errors, strict=True)
 
 
 def stream_key(source: str, device: str) -> str:
@@ -107,7 +150,7 @@ class StaleDetector:
         self.action = st.action
 
     def step(self, state: StaleState | None, event: CountersMessage, lane: int = 0,
-             parts: list[Counters] | list[CounterColumns] | None = None,
+             parts: Sequence[StreamReport] | None = None,
              held: Collection[str] = ()) -> tuple[StaleState, list[Detection]]:
         """Apply one counters message of ``lane``; the (mutated) state and any detections.
 
@@ -141,6 +184,7 @@ class StaleDetector:
         for key, start, end, expected, interval in gaps:
             if end > clock:  # its silence is judged when the clock gets there
                 state["s"][key][1] = interval  # ...and teaches only if it was none
+                state.pop("due", None)  # (its deadline moved: the next check walks all)
                 state.setdefault("g", {}).setdefault(key, []).append([start, end, expected])
         checked = state["checked"]
         if checked is None or clock - checked >= CHECK_EVERY_MS:
@@ -153,7 +197,7 @@ class StaleDetector:
             return self.default_ms
         return max(interval, self.min_ms)
 
-    def _observe(self, state: StaleState, event: CountersMessage,
+    def _observe(self, state: StaleState, event: StreamReport,
                  gaps: list[tuple[str, int, int, float, float | None]]) -> list[Detection]:
         """One stream's report; a gap longer than its limit is added to ``gaps`` (key,
         start, end, expected ms, the interval before it) for ``step`` to judge."""
@@ -181,6 +225,13 @@ class StaleDetector:
                     state.setdefault("r", {})[key] = event.ts
                 rec[1] = self._taught(interval, gap)
             rec[0] = event.ts
+        due = state.get("due")
+        if due is not None and rec[2] is None:  # its deadline may now be the earliest
+            expected_now = self.expected_ms(rec[1])
+            if expected_now is not None:
+                deadline = int(rec[0] + self.factor * expected_now) - 1
+                if deadline < due:
+                    state["due"] = deadline
         ports: dict[str, list[Any]] = rec[3]
         good = event.good_ports()
         lazy = rec[4] if len(rec) > 4 else None
@@ -243,16 +294,35 @@ class StaleDetector:
         if state.get("g"):
             quorum = _Quorum(state, clock)
             out += self._judge_pending(state, clock, quorum, others)
-        for key in sorted(state["s"]):
+        due = state.get("due")
+        if due is not None and clock < due:
+            return out  # no watched stream's deadline has come yet
+        # The streams past their deadline, judged in key order; the others' earliest
+        # deadline (less a millisecond, against rounding) spares the next checks this walk
+        # until the clock reaches it (``_observe`` lowers it as reports move deadlines).
+        earliest = NEVER_DUE
+        late: list[str] = []
+        factor = self.factor
+        for key, rec in state["s"].items():
+            if rec[2] is not None:
+                continue
+            expected = self.expected_ms(rec[1])
+            if expected is None:
+                continue
+            if clock - rec[0] <= factor * expected:
+                earliest = min(earliest, int(rec[0] + factor * expected) - 1)
+            else:
+                late.append(key)
+        for key in sorted(late):
             rec = state["s"][key]
             last, interval, open_ep, ports = rec[:4]
             expected = self.expected_ms(interval)
-            if open_ep is not None or expected is None or clock - last <= self.factor * expected:
-                continue
+            assert expected is not None  # noqa: S101 - only streams with one are late
             if quorum is None:
                 quorum = _Quorum(state, clock)
             limit = self.factor * expected
             if 2 * quorum.past(last + limit, limit) <= others:
+                earliest = min(earliest, int(last + limit) - 1)  # judged again next check
                 continue  # most of the fabric has not gone on past it yet
             source, _, device = key.partition(_SEP)
             ep = episode_id(DetectionKind.STALE, device, DEVICE_PORT, last, source)
@@ -263,6 +333,7 @@ class StaleDetector:
                  "expected_interval_s": round(expected / 1000, 3),
                  "silent_s": (clock - last) / 1000, "interval_factor": self.factor,
                  "ports": sorted(int(p) for p in ports)}))
+        state["due"] = earliest
         return out
 
     def _forget_long_runs(self, state: StaleState, clock: int) -> None:
@@ -291,6 +362,7 @@ class StaleDetector:
                 deadline = start + limit
                 if clock >= end:  # back before the fabric was past it: not this one's silence
                     rec[1] = self._taught(rec[1], end - start)
+                    state.pop("due", None)  # its deadline moved: walked at the next check
                     continue
                 # the stream's own reports since are past the deadline: not one of the others
                 after = quorum.past(deadline, limit) - quorum.counts(key, deadline, limit)

@@ -91,3 +91,56 @@ def test_a_message_without_per_port_devices_keeps_the_column_path() -> None:
     path = CountersPath(worker, {})  # type: ignore[arg-type]
     asyncio.run(path.process(msg, 0, []))
     assert list(path.views.values()) and all(v is not None for v in path.views.values())
+
+
+@st.composite
+def host_rounds(draw: st.DrawFn) -> list[dict[str, Any]]:
+    """Rounds of two hosts whose HCAs mostly stay quiet, with what sends one the per-sample
+    way: errors counting, a down, a register at its maximum (``counter_bits``), a lane
+    trained narrower, a port that could not be read, an HCA missing a round or new, a
+    round sent again (a redelivery) or not newer than the last."""
+    out: list[dict[str, Any]] = []
+    totals: dict[tuple[str, int], dict[str, int]] = {}
+    for seq in range(draw(st.integers(2, 16))):
+        for host in ("node01", "node02"):
+            if draw(st.integers(0, 7)) == 0 and out:
+                out.append(out[-1])  # the last round again, as a redelivery brings it
+                continue
+            ports = []
+            for i in range(draw(st.sampled_from([3, 4, 4, 4, 5]))):
+                if draw(st.integers(0, 9)) == 0:
+                    continue  # this HCA missing this round
+                t = totals.setdefault((host, i), {"sym": 0, "down": 0, "wait": 1000})
+                event = draw(st.sampled_from(["quiet"] * 8 + ["errors", "down", "saturated",
+                                                               "narrow", "unread"]))
+                t["sym"] += 40 if event == "errors" else 0
+                t["down"] += 1 if event == "down" else 0
+                t["wait"] += 10
+                sample: dict[str, Any] = {
+                    "port": 1, "device": f"{host}/mlx5_{i}", "symbol_errors": t["sym"],
+                    "link_downed": t["down"], "rcv_errors": 0, "xmit_wait": t["wait"],
+                    "excessive_buffer_overrun": 15 if event == "saturated" else 0,
+                    "counter_bits": {"excessive_buffer_overrun": 4, "symbol_errors": 16},
+                    "width": "2X" if event == "narrow" else "4X", "speed": "NDR",
+                    "port_xmit_data": seq * 1_000_000, "vendor_np_cnp_sent": seq}
+                if event == "unread":
+                    sample = {"port": 1, "device": f"{host}/mlx5_{i}", "error": "read failed"}
+                ports.append(sample)
+            if not ports:
+                continue
+            back = draw(st.integers(0, 11)) == 0  # a clock that did not move on
+            ts = BASE + max(0, seq - 1 if back else seq) * 20_000
+            out.append({"id": f"{host}/{seq}", "ts": ts, "fabric": "lab",
+                        "source": "host_agent", "kind": "counters", "device": host,
+                        "ports": ports})
+    return out
+
+
+@given(host_rounds())
+@settings(max_examples=120, deadline=None)
+def test_quiet_hcas_stamped_together_give_what_their_row_parts_give(
+        rounds: list[dict[str, Any]]) -> None:
+    rows = [orjson.dumps(Counters.model_validate(r).model_dump(mode="json", exclude_none=True))
+            for r in rounds]
+    columns = [orjson.dumps(columns_wire(orjson.loads(r))) for r in rows]
+    assert run(columns) == run(rows)
