@@ -112,8 +112,7 @@ class CountersPath:
         slow: list[bool] | None = None
         host_key = counters_key(msg.fabric, msg.device, msg.source).encode()
         view = self.hosts.pop(host_key, None)
-        if all(box is not None and box["s"] is not None and not hosts.redelivered(box, pid)
-               for box, pid in zip(boxes, ids, strict=True)):
+        if all(box is not None and box["s"] is not None for box in boxes):
             states = [box["s"] for box in boxes]  # type: ignore[index]
             if view is None or not view.covers(sa.engine.counters, cols["device"],
                                                cols["port"], states):

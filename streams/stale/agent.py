@@ -31,7 +31,7 @@ import orjson
 from schemas import CountersMessage
 from schemas import topics as registry
 from streams.common import state_key
-from streams.stale.logic import StreamReport, stream_key
+from streams.stale.logic import StreamReport, report_key
 
 if TYPE_CHECKING:
     from streams.app import StreamsApp
@@ -50,6 +50,9 @@ class StaleObserver:
         self.table = table
         self.scopes: dict[str, dict[str, Any]] = {}  # fabric -> once() box of the StaleState
         self.partition_of: dict[str, dict[str, int]] = {}  # fabric -> stream key -> partition
+        # fabric -> partition -> its stream keys (an ordered set: a slice's keys in the order
+        # they came), so a slice is written from its own streams, not a walk of the scope
+        self.members: dict[str, dict[int, dict[str, None]]] = {}
         self.loaded: dict[tuple[str, int], int] = {}  # (fabric, partition) -> ts persisted
         # lanes (partitions) the consumer knows are not idle (``StaleDetector.step``); set
         # by the batched consumer for each batch, empty under Faust's agent
@@ -61,6 +64,7 @@ class StaleObserver:
     def reset(self) -> None:
         self.scopes.clear()
         self.partition_of.clear()
+        self.members.clear()
         self.loaded.clear()
         self.foreign.clear()
 
@@ -92,7 +96,7 @@ class StaleObserver:
                     else:  # the newer slice's word on them, not the older one's
                         state.get(part, {}).pop(key, None)
                 # (a stream in two slices: the partitions were resized; the newer is its own)
-                self.partition_of.setdefault(fabric, {})[key] = partition
+                self.assign(fabric, key, partition)
         if piece.get("w") is not None:  # this partition's lane, as active as of now
             state["w"][str(partition)] = [int(piece["w"]), state["n"]]
         known = self.foreign.setdefault(fabric, {})
@@ -104,12 +108,26 @@ class StaleObserver:
             if rec is not None and rec[2] is None and rec[0] <= last:
                 rec[0], rec[1], rec[2] = last, interval, episode
 
+    def assign(self, fabric: str, key: str, partition: int) -> None:
+        """Stream ``key`` is carried by ``partition`` (its slice's from now on)."""
+        mine = self.partition_of.setdefault(fabric, {})
+        before = mine.get(key)
+        if before == partition:
+            return
+        mine[key] = partition
+        slices = self.members.setdefault(fabric, {})
+        if before is not None:
+            slices.get(before, {}).pop(key, None)
+        slices.setdefault(partition, {})[key] = None
+
     def persist(self, fabric: str, partition: int, ts: int) -> None:
         state = self.scopes[fabric]["s"]
         mine = self.partition_of.get(fabric, {})
         lane = state.get("w", {}).get(str(partition))
+        streams = state["s"]
         piece = {"w": lane[0] if lane else None,
-                 "s": {k: v for k, v in state["s"].items() if mine.get(k) == partition},
+                 "s": {k: streams[k] for k in self.members.get(fabric, {}).get(partition, ())
+                       if k in streams},
                  "g": {k: v for k, v in state.get("g", {}).items() if mine.get(k) == partition},
                  "r": {k: v for k, v in state.get("r", {}).items() if mine.get(k) == partition}}
         # A device's episode opens on whichever partition's message moved the clock, while
@@ -140,9 +158,8 @@ class StaleObserver:
         box, detections, _, redelivered = self.sa.engine.apply_stale(
             self.scopes.get(msg.fabric), msg, partition, parts, self.held)
         self.scopes[msg.fabric] = box
-        mine = self.partition_of.setdefault(msg.fabric, {})
         for part in parts:
-            mine[stream_key(part.source, part.device)] = partition
+            self.assign(msg.fabric, report_key(part), partition)
         fired = bool(detections) and not redelivered
         if fired or msg.ts - self.loaded[(msg.fabric, partition)] >= PERSIST_EVERY_MS:
             self.persist(msg.fabric, partition, msg.ts)

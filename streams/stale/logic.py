@@ -109,12 +109,13 @@ class Report:
     counters path makes these for a host's columnar message, ``streams.counters.hosts``):
     what its part's ``good_ports`` and ``port_errors`` would give."""
 
-    __slots__ = ("device", "errors", "ports", "source", "ts")
+    __slots__ = ("device", "errors", "key", "ports", "source", "ts")
 
     def __init__(self, source: str, device: str, ts: int, ports: list[int],
                  errors: list[str | None] | None) -> None:
         self.source = source
         self.device = device
+        self.key = stream_key(source, device)
         self.ts = ts
         self.ports = ports
         self.errors = errors
@@ -133,6 +134,13 @@ class Report:
 def stream_key(source: str, device: str) -> str:
     """The state's key of one reporting stream (a device as one source reports it)."""
     return f"{source}{_SEP}{device}"
+
+
+def report_key(report: StreamReport) -> str:
+    """``stream_key`` of a report (a ``Report`` carries its own)."""
+    if type(report) is Report:
+        return report.key
+    return stream_key(report.source, report.device)
 
 
 def new_state() -> StaleState:
@@ -201,7 +209,7 @@ class StaleDetector:
                  gaps: list[tuple[str, int, int, float, float | None]]) -> list[Detection]:
         """One stream's report; a gap longer than its limit is added to ``gaps`` (key,
         start, end, expected ms, the interval before it) for ``step`` to judge."""
-        key = stream_key(event.source, event.device)
+        key = report_key(event)
         streams: dict[str, list[Any]] = state["s"]
         rec = streams.get(key)
         out: list[Detection] = []
