@@ -60,12 +60,14 @@ class CountersPath:
         # host key of each device state one is laid over (a row part drops the view).
         self.hosts: dict[bytes, hosts.HostView] = {}
         self.host_of: dict[bytes, bytes] = {}
+        self.layouts: dict[bytes, hosts.HostLayout] = {}  # derived from columns alone
 
     def reset(self) -> None:
         self.cache.clear()
         self.views.clear()
         self.hosts.clear()
         self.host_of.clear()
+        self.layouts.clear()
 
     async def process(self, msg: CountersMessage, partition: int,
                       pending: list[Awaitable[Any]] | None = None) -> None:
@@ -103,14 +105,14 @@ class CountersPath:
         sa = self.sa
         cols = msg.column_map()
         ts = msg.ts
-        by_device = hosts.groups(cols["device"], msg.device)
-        names = list(by_device)
-        rows = list(by_device.values())
-        keys = [counters_key(msg.fabric, name, msg.source).encode() for name in names]
-        boxes = [self._value(key) for key in keys]
-        ids = [f"{msg.id}/{name}" for name in names]
-        slow: list[bool] | None = None
         host_key = counters_key(msg.fabric, msg.device, msg.source).encode()
+        layout = self.layouts.get(host_key)
+        if layout is None or not layout.fits(cols["device"], cols["port"]):
+            layout = self.layouts[host_key] = hosts.HostLayout(
+                msg.fabric, msg.source, msg.device, cols["device"], cols["port"])
+        names, rows, keys = layout.names, layout.rows, layout.keys
+        boxes = [self._value(key) for key in keys]
+        slow: list[bool] | None = None
         view = self.hosts.pop(host_key, None)
         if all(box is not None and box["s"] is not None for box in boxes):
             states = [box["s"] for box in boxes]  # type: ignore[index]
@@ -125,11 +127,11 @@ class CountersPath:
         if slow is None:
             slow = [True] * len(names)
         else:
-            for box, key, pid, at, go in zip(boxes, keys, ids, rows, slow, strict=True):
+            for box, key, name, at, go in zip(boxes, keys, names, rows, slow, strict=True):
                 if go:
                     continue
                 assert box is not None and view is not None  # noqa: S101 - judged above
-                hosts.stamp(box, pid, view, at, ts)
+                hosts.stamp(box, f"{msg.id}/{name}", view, at, ts)
                 self._stamped(key, box, ts, len(at))
         if any(slow):
             # the row parts of the others, in the message's order (their rows may change:
@@ -143,11 +145,7 @@ class CountersPath:
             self.hosts[host_key] = view
             for key in keys:
                 self.host_of[key] = host_key
-        errors = cols.get("error")
-        port = cols["port"]
-        return [Report(msg.source, name, ts, [port[i] for i in at],
-                       None if errors is None else [errors[i] for i in at])
-                for name, at in zip(names, rows, strict=True)]
+        return layout.reports(msg.source, ts, cols.get("error"))
 
     def _stamped(self, key: bytes, value: dict[str, Any], ts: int, samples: int) -> None:
         """A quiet device's value after its stamp: kept, and written when it is due."""

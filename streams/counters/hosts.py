@@ -37,7 +37,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from streams.counters import columns
+from streams.counters.logic import counters_key
 from streams.engine import RECENT
+from streams.stale.logic import Report, stream_key
 
 if TYPE_CHECKING:
     from streams.counters.logic import CountersDetector, DeviceState, PortState
@@ -62,13 +64,40 @@ class HostView:
                 and all(a is b for a, b in zip(self.states, states, strict=True)))
 
 
-def groups(devices: list[str | None], default: str) -> dict[str, list[int]]:
-    """The rows of each device, devices in order of first appearance (``Counters.split``'s
-    parts and their order; a row that names no device is the message's own)."""
-    out: dict[str, list[int]] = {}
-    for i, name in enumerate(devices):
-        out.setdefault(name or default, []).append(i)
-    return out
+class HostLayout:
+    """What a host message's device and port columns decide, kept while they repeat (a
+    host's HCAs are the same round after round): its devices in the order of their row
+    parts (``Counters.split``; a row that names no device is the message's own), each
+    one's rows, ports, state key (``counters_key``) and stale stream key."""
+
+    __slots__ = ("devices", "keys", "names", "ports", "rows", "streams", "their_ports")
+
+    def __init__(self, fabric: str, source: str, default: str, devices: list[str | None],
+                 ports: list[int]) -> None:
+        groups: dict[str, list[int]] = {}
+        for i, name in enumerate(devices):
+            groups.setdefault(name or default, []).append(i)
+        self.devices = list(devices)
+        self.ports = list(ports)
+        self.names = list(groups)
+        self.rows = list(groups.values())
+        self.keys = [counters_key(fabric, name, source).encode() for name in self.names]
+        self.streams = [stream_key(source, name) for name in self.names]
+        self.their_ports = [[ports[i] for i in at] for at in self.rows]
+
+    def fits(self, devices: list[str | None], ports: list[int]) -> bool:
+        return self.devices == devices and self.ports == ports
+
+    def reports(self, source: str, ts: int, errors: list[str | None] | None
+                ) -> list[Report]:
+        """The message's stale reports, one per device."""
+        if errors is None:
+            return [Report(source, name, ts, ports, None, key)
+                    for name, ports, key in zip(self.names, self.their_ports, self.streams,
+                                                strict=True)]
+        return [Report(source, name, ts, ports, [errors[i] for i in at], key)
+                for name, ports, at, key in zip(self.names, self.their_ports, self.rows,
+                                                self.streams, strict=True)]
 
 
 def lay(det: CountersDetector, states: list[DeviceState], rows: list[list[int]],

@@ -112,10 +112,10 @@ class Report:
     __slots__ = ("device", "errors", "key", "ports", "source", "ts")
 
     def __init__(self, source: str, device: str, ts: int, ports: list[int],
-                 errors: list[str | None] | None) -> None:
+                 errors: list[str | None] | None, key: str | None = None) -> None:
         self.source = source
         self.device = device
-        self.key = stream_key(source, device)
+        self.key = key if key is not None else stream_key(source, device)
         self.ts = ts
         self.ports = ports
         self.errors = errors
@@ -227,11 +227,15 @@ class StaleDetector:
                 rec[2] = None
                 state.setdefault("r", {})[key] = event.ts
             else:
-                expected_before = self.expected_ms(interval)
+                # (expected_ms and _taught written out: this is every report's path)
+                min_ms = self.min_ms
+                expected_before = (self.default_ms if interval is None
+                                   else interval if interval >= min_ms else min_ms)
                 if expected_before is not None and gap > self.factor * expected_before:
                     gaps.append((key, last, event.ts, expected_before, interval))
                     state.setdefault("r", {})[key] = event.ts
-                rec[1] = self._taught(interval, gap)
+                rec[1] = (gap if interval is None
+                          else interval * (1 - EWMA_WEIGHT) + gap * EWMA_WEIGHT)
             rec[0] = event.ts
         due = state.get("due")
         if due is not None and rec[2] is None:  # its deadline may now be the earliest
