@@ -378,6 +378,9 @@ SYSFS_COUNTER_FIELDS: dict[str, str] = {
     "port_xmit_wait": "xmit_wait",
     "local_link_integrity_errors": "local_link_integrity_errors",
     "excessive_buffer_overrun_errors": "excessive_buffer_overrun",
+    # PortXmitPkts / PortRcvPkts: the packets the drop-rate rule divides errors by
+    "port_xmit_packets": "port_xmit_pkts",
+    "port_rcv_packets": "port_rcv_pkts",
 }
 _SYSFS_LINE = re.compile(r"^(?:.*/)?([A-Za-z0-9_.\-]+)/ports/(\d+)/([A-Za-z0-9_/\-]+):(.*)$")
 _RATE = re.compile(r"\((\d+X)\s+([A-Z0-9]+)\)")
