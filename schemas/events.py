@@ -399,8 +399,13 @@ class _ColumnsBase(BaseModel):
     @field_validator("device", check_fields=False)
     @classmethod
     def _device(cls, value: list[str | None] | None) -> list[str | None] | None:
-        return None if value is None else [None if d is None else check_device(d)
-                                            for d in value]
+        if value is None:
+            return None
+        names = [d for d in value if d is not None]
+        if (all(names) and max(map(len, names), default=0) * 4 <= MAX_DEVICE_BYTES
+                and not _CONTROL.search("".join(names))):
+            return value  # every name passes check_device (UTF-8: at most 4 bytes a char)
+        return [None if d is None else check_device(d) for d in value]
 
     @model_serializer(mode="wrap")
     def _absent_columns_stay_off_the_wire(self, handler: SerializerFunctionWrapHandler
@@ -500,13 +505,10 @@ class CounterColumns(Envelope):
     def _shape(self) -> CounterColumns:
         cols = self.column_map()
         n = len(cols["port"])
-        for name, col in cols.items():
-            if not isinstance(col, list):
-                raise FieldError(f"columns.{name}",
-                                 f"columns.{name} must be a list, not {type(col).__name__}")
-            if len(col) != n:
-                raise FieldError(f"columns.{name}", f"columns.{name} has {len(col)} values "
-                                 f"for {n} ports")
+        values = cols.values()
+        # (the common message in C: lists, all as long as the ports; else the first bad one)
+        if not ({*map(type, values)} == {list} and {*map(len, values)} == {n}):
+            self._refuse_columns(cols, n)
         limit = MAX_IB_PORT if self.source in IB_SOURCES else MAX_ETH_PORT
         ports = cols["port"]
         if ports and not (0 <= min(ports) and max(ports) <= limit):
@@ -523,6 +525,17 @@ class CounterColumns(Envelope):
                                          f"{port} of device {dev!r}")
                     seen.add((dev, port))
         return self
+
+    @staticmethod
+    def _refuse_columns(cols: dict[str, Any], n: int) -> None:
+        """The first column that is not a list of ``n`` values, refused."""
+        for name, col in cols.items():
+            if not isinstance(col, list):
+                raise FieldError(f"columns.{name}",
+                                 f"columns.{name} must be a list, not {type(col).__name__}")
+            if len(col) != n:
+                raise FieldError(f"columns.{name}", f"columns.{name} has {len(col)} values "
+                                 f"for {n} ports")
 
     @property
     def port_count(self) -> int:

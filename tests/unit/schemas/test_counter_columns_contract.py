@@ -106,3 +106,60 @@ def test_samples_with_unknown_columns_are_what_model_construct_makes(
         (s.__dict__, s.__pydantic_fields_set__, s.__pydantic_extra__) for s in want]
     at = [0, len(rows) - 1]
     assert [s.__dict__ for s in msg.samples(at)] == [want[i].__dict__ for i in at]
+
+
+_NAME = st.one_of(st.none(), st.text(max_size=70), st.sampled_from(
+    ["node01/mlx5_0", "", "x" * 65, "é" * 64, "leaf\x07", "a\x85b", "b" * 300]))
+
+
+@given(st.lists(_NAME, max_size=9))
+@settings(max_examples=400, deadline=None)
+def test_the_device_column_is_checked_as_name_by_name(names: list[str | None]) -> None:
+    """The one-scan check of the device column accepts and refuses as ``check_device`` of
+    each name in turn did, with that name's reason."""
+    from schemas.events import check_device
+
+    def one_by_one() -> Any:
+        try:
+            return [None if d is None else check_device(d) for d in names]
+        except ValueError as exc:
+            return str(exc)
+
+    def now() -> Any:
+        try:
+            return SampleColumns._device(names)  # type: ignore[operator]
+        except ValueError as exc:
+            return str(exc)
+
+    assert now() == one_by_one()
+
+
+_COLUMN = st.one_of(st.lists(st.integers(0, 9), max_size=4), st.integers(), st.text(max_size=3),
+                    st.dictionaries(st.text(max_size=2), st.integers(), max_size=2))
+
+
+@given(st.integers(1, 3), st.dictionaries(st.sampled_from(["vendor_a", "vendor_b", "zz"]),
+                                          _COLUMN, max_size=3))
+@settings(max_examples=300, deadline=None)
+def test_the_first_column_of_the_wrong_shape_is_the_one_refused(
+        n: int, unknown: dict[str, Any]) -> None:
+    """Unknown columns of any shape: refused exactly when one is not a list of as many
+    values as ports, naming the first such column in the message's order."""
+    columns: dict[str, Any] = {"port": list(range(1, n + 1)), "symbol_errors": [0] * n,
+                               **unknown}
+    msg = {"v": 1, "id": "c1", "ts": 1_700_000_000_000, "fabric": "lab", "source": "gnmi",
+           "kind": "counter_columns", "device": "leaf1", "columns": columns}
+    want = None
+    for name, col in columns.items():
+        if not isinstance(col, list):
+            want = (f"columns.{name}", f"columns.{name} must be a list, not "
+                                       f"{type(col).__name__}")
+            break
+        if len(col) != n:
+            want = (f"columns.{name}", f"columns.{name} has {len(col)} values for {n} ports")
+            break
+    got = _accepts(msg)
+    if want is None:
+        assert isinstance(got, CounterColumns)
+    else:
+        assert isinstance(got, ContractError) and (got.path, got.reason) == want
