@@ -176,9 +176,11 @@ def _identity(value: bytes) -> object:
     return obj.get("id", value) if isinstance(obj, dict) else value
 
 
-def downs(device: str, port: int, times: list[int], base: int, tag: str = "t") -> list[Event]:
-    return [PortEvent(id=f"{device}:{port}/{tag}{i}", ts=base + t, fabric="lab", source="opensm",
-                      device=device, port=port, state="down") for i, t in enumerate(times)]
+def downs(device: str, port: int, times: list[int], base: int, tag: str = "t",
+          fabric: str = "lab") -> list[Event]:
+    return [PortEvent(id=f"{device}:{port}/{tag}{i}", ts=base + t, fabric=fabric,
+                      source="opensm", device=device, port=port, state="down")
+            for i, t in enumerate(times)]
 
 
 def expected(events: list[Event | tuple[str, bytes]]) -> set[str]:

@@ -73,6 +73,7 @@ def either_worker(request: pytest.FixtureRequest, kafka_bootstrap: str, tmp_path
 async def test_detections_dlq_and_carry_on(either_worker: Worker) -> None:
     worker = either_worker
     tag = worker.app_id
+    fabric = tag  # its own (see test_kill_mid_stream_and_restart)
     base = int(time.time() * 1000) - 3600_000
     a, b = f"leaf-{tag}-a", f"leaf-{tag}-b"
     bad = b"\xff not json " + tag.encode()
@@ -80,15 +81,15 @@ async def test_detections_dlq_and_carry_on(either_worker: Worker) -> None:
                                probe="ib_write_bw", src="n1", dst="n2", rail=0, size_bytes=1,
                                bw_gbps=1.0))  # valid, but not a counters message
     events: list[Event | tuple[str, bytes]] = [
-        *downs(a, 3, [0, 10 * M, 29 * M + 40_000], base),
-        downs(a, 3, [0], base)[0],  # a duplicate (same id)
+        *downs(a, 3, [0, 10 * M, 29 * M + 40_000], base, fabric=fabric),
+        downs(a, 3, [0], base, fabric=fabric)[0],  # a duplicate (same id)
         ("fabric.port-events", bad),
         ("fabric.counters", wrong_topic),
-        Counters(id=f"{tag}-c1", ts=base, fabric="lab", source="perfquery", device=b,
+        Counters(id=f"{tag}-c1", ts=base, fabric=fabric, source="perfquery", device=b,
                  ports=[PortSample(port=1, symbol_errors=65535, link_downed=0),
                         PortSample(port=7, link_downed=0)]),
-        *downs(b, 7, [0, 60_000], base),  # after the bad bytes: the worker carries on
-        Counters(id=f"{tag}-c2", ts=base + 90_000, fabric="lab", source="perfquery", device=b,
+        *downs(b, 7, [0, 60_000], base, fabric=fabric),  # after the bad bytes: carries on
+        Counters(id=f"{tag}-c2", ts=base + 90_000, fabric=fabric, source="perfquery", device=b,
                  ports=[PortSample(port=7, link_downed=2)]),  # the trap at 1 min + one more
     ]
     want = expected(events)
@@ -112,16 +113,22 @@ async def test_detections_dlq_and_carry_on(either_worker: Worker) -> None:
 async def test_kill_mid_stream_and_restart(either_worker: Worker) -> None:
     worker = either_worker
     tag = worker.app_id
+    # A fabric of its own: the stale detector's scope is the fabric, and every worker reads
+    # fabric.counters from the beginning, where the module's earlier tests left their devices
+    # (an hour old, not six). One of them on this test's counters partition made that lane's
+    # clock five hours ahead, and this device stale (plus its end), ids replay of this test's
+    # events alone cannot have; with either worker, killed or not, when the key hashed there.
+    fabric = tag
     base = int(time.time() * 1000) - 6 * 3600_000
     events: list[Event | tuple[str, bytes]] = []
     # 300 ports, each flapping twice (two episodes), plus counter batches in between.
     for p in range(300):
         dev = f"leaf-{tag}-{p // 50}"
         events += downs(dev, p % 50, [0, M, 2 * M, 3 * M, 40 * M, 41 * M, 42 * M],
-                        base + p * 1000)
+                        base + p * 1000, fabric=fabric)
     for i in range(200):
         events.append(Counters(
-            id=f"{tag}-c{i}", ts=base + i * 10_000, fabric="lab", source="perfquery",
+            id=f"{tag}-c{i}", ts=base + i * 10_000, fabric=fabric, source="perfquery",
             device=f"leaf-{tag}-ctr", ports=[PortSample(port=q, link_downed=0,
                                                         symbol_errors=min(i, 65535))
                                              for q in range(1, 33)]))
@@ -140,9 +147,9 @@ async def test_kill_mid_stream_and_restart(either_worker: Worker) -> None:
     by_id: dict[str, set[bytes]] = {}
     for v in got:
         by_id.setdefault(orjson.loads(v)["id"], set()).add(v)
-    assert set(by_id) == want  # nothing lost, nothing extra
+    assert set(by_id) == want, worker.tail()  # nothing lost, nothing extra
     # a redelivered detection is byte-identical: the same id and episode
-    assert all(len(copies) == 1 for copies in by_id.values())
+    assert all(len(copies) == 1 for copies in by_id.values()), worker.tail()
 
 
 async def test_detections_reach_the_ledger(worker: Worker) -> None:
