@@ -33,7 +33,7 @@ from schemas.policy import Policy
 from streams.breaker import logic as breaker
 from streams.common import state_key
 from streams.counters import columns
-from streams.counters.logic import CountersDetector, counters_key
+from streams.counters.logic import OLD, CountersDetector, counters_key
 from streams.degraded_link.logic import Expectation, step_topology
 from streams.flap.logic import CounterDowns, Excuse, FlapState
 from streams.flap.logic import step as flap_step
@@ -58,6 +58,13 @@ def once(value: dict[str, Any] | None, msg_id: str,
     each produced (as wire dicts). A message id found there is a redelivery (at-least-once
     after a crash, or a duplicate): its outputs are returned again, identical, and the
     state is untouched. Returns (value, detections, counter downs, was it a redelivery).
+
+    A message the state finds older than itself (the counters detector marks it ``OLD``:
+    every sample older than its port's last) is applied but not remembered. A worker whose
+    state is ahead of where it reads again (a kill -9 with the local store ahead of the
+    committed offset by more than ``RECENT`` messages of a device) would otherwise push the
+    ids of the messages still ahead out of the list with each old one, and take their
+    redeliveries for new ones: outputs never sent before the kill were lost for good.
     """
     box = value if value is not None else {"s": None, "r": []}
     if msg_id in map(_first, box["r"]):  # (the scan in C: most messages are new)
@@ -66,6 +73,8 @@ def once(value: dict[str, Any] | None, msg_id: str,
                 return (box, [Detection.model_validate(d) for d in dets],
                         [CounterDowns.from_wire(d) for d in downs], True)
     box["s"], detections, counter_downs = apply(box["s"])
+    if type(box["s"]) is dict and box["s"].pop(OLD, False):
+        return box, detections, counter_downs, False  # older than the state: not remembered
     box["r"].append([msg_id, [d.to_wire() for d in detections],
                      [d.to_wire() for d in counter_downs]])
     del box["r"][:-RECENT]

@@ -17,8 +17,9 @@ over each fetched batch:
 * **Order of a batch.** The messages of a fetch are applied one partition after another in
   turns of one message (as Faust hands them out); their counter downs, detections and dead
   letters are sent as they come. Every ``batched_commit_interval_s`` (5 s; and before a
-  rebalance gives partitions away, and at stop) the states changed since the last time are
-  sent, *all* deliveries awaited, and only then the offsets applied so far committed: a
+  rebalance gives partitions away, and at stop) the outputs sent since are awaited, then
+  the states changed since the last time sent and awaited, and only then the offsets
+  applied so far committed (no state in the changelog ahead of its outputs): a
   host's state goes to the changelog once an interval, not once a message (Kafka Streams'
   record cache, flushed on commit). A crash therefore never leaves committed offsets ahead
   of the states; messages after the last commit are applied again, and each state's recent
@@ -261,12 +262,16 @@ class BatchedCounters:
             self.uncommitted = {}
             self.flushed_at = time.monotonic()
             return
-        for store in (self.counters, self.stale):
-            for key, value, partition in store.take_changed():
-                pending.append(await self.producer.send(store.topic, value, key=key,
-                                                        partition=partition))
+        # the outputs first, then the states: a state in the changelog then says its
+        # messages' outputs went out (after a kill between the two, ``once`` would repeat
+        # them from the state's recent ids, but only for a device's last RECENT messages)
         if pending:
             await asyncio.gather(*pending)
+        sent = [await self.producer.send(store.topic, value, key=key, partition=partition)
+                for store in (self.counters, self.stale)
+                for key, value, partition in store.take_changed()]
+        if sent:
+            await asyncio.gather(*sent)
         self.sa.stats["counters_ms"] += (time.perf_counter() - t_start) * 1000
         offsets = {tp: o for tp, o in self.uncommitted.items() if tp.partition in self.held}
         self.uncommitted = {}

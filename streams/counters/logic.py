@@ -114,10 +114,19 @@ MINUTE_MS = 60_000
 #          port_xmit_pkts, rcv_errors, xmit_discards, windows judged]
 PortState = list[Any]
 DeviceState = dict[str, Any]
+# Set on a state for the length of one ``once``: the message was older than the state.
+OLD = "old"
 
 
 def new_state() -> DeviceState:
     return {"ports": {}, "stale": 0}
+
+
+def _mark_old(state: DeviceState, stale_before: int, samples: int) -> None:
+    """Every sample of the message was older than its port's last: the message is older
+    than the state (``streams.engine.once`` does not remember its id, ``OLD``)."""
+    if samples and state["stale"] - stale_before == samples:
+        state[OLD] = True
 
 
 def counters_key(fabric: str, device: str, source: str) -> str:
@@ -189,8 +198,10 @@ class CountersDetector:
         self._dirty = False
         self._ecn = None
         out = _Outputs(event.source in LEGACY_SOURCES)
+        stale = state["stale"]
         for sample in event.ports:
             self._sample(state, event, sample, out)
+        _mark_old(state, stale, len(event.ports))
         return self._finish(state, event, lambda: {s.port: s for s in event.ports}, out)
 
     def step_columns(self, state: DeviceState | None, event: CounterColumns,
@@ -216,8 +227,10 @@ class CountersDetector:
         ts = event.ts
         if picked is None:  # every port goes the per-sample way
             rows = event.rows()
+            stale = state["stale"]
             for sample in rows.ports:
                 self._sample(state, head, sample, out)
+            _mark_old(state, stale, len(rows.ports))
             return (*self._finish(state, head, lambda: {s.port: s for s in rows.ports}, out),
                     columns.build(self, state, cols))
         view, slow, waits = picked
