@@ -20,6 +20,8 @@ ALERTMANAGER := .gocache/bin/alertmanager-v0.35.0
 # Prometheus and promtool, from their Go module the same way (the alert-rule tests and the
 # scrape-versus-stream benchmark run them): about 3.5 min cold on 2 cores
 PROMETHEUS := .gocache/bin/promtool-v0.316.0
+# The test command's logs of what runs beside its main session (ignored with .fabricwatch)
+TEST_LOGS := .fabricwatch/test-logs
 LAB_PACKAGES := ibsim-utils opensm infiniband-diags
 # The lab tools count as present when this command is on PATH.
 IBSIM ?= ibsim
@@ -80,12 +82,28 @@ lint: setup
 	$(BIN)/mypy
 
 ## test: the whole suite: lint, types, unit, integration (real Kafka, Temporal, chdb), end to end
-test: setup lab-deps browser-deps lint
-	# The runbook tests get a broker and Temporal server of their own (a pytest session each):
-	# each new dispatcher group reads the last 15 minutes of fabric.detections, and the other
-	# tests publish thousands of isolating detections within that time.
-	$(BIN)/pytest tests/integration/workflows --durations=5
-	$(BIN)/pytest tests --ignore=tests/integration/workflows --durations=15
+test: $(INSTALLED) $(JARS) lab-deps browser-deps
+	# Alertmanager and Prometheus build from their Go modules (~4.5 min cold on 2 cores)
+	# while lint and the unit tests run, which need neither; the integration tests do.
+	@mkdir -p $(TEST_LOGS); \
+	( $(MAKE) --no-print-directory $(ALERTMANAGER) $(PROMETHEUS) \
+	    > $(TEST_LOGS)/go-tools.log 2>&1 ) & tools=$$!; \
+	$(BIN)/ruff check . && $(BIN)/mypy && $(BIN)/pytest tests/unit --durations=10; rc=$$?; \
+	wait $$tools || { echo "building the Go tools failed:"; cat $(TEST_LOGS)/go-tools.log; }; \
+	exit $$rc
+	# Two pytest sessions at once, each with its own broker and Temporal server. The runbook
+	# tests have theirs apart because each new dispatcher group reads the last 15 minutes of
+	# fabric.detections, and the other tests publish thousands of isolating detections within
+	# that time; after them, in the same session, the real-time scrape-versus-stream run (4
+	# minutes of waiting on clocks, an eighth of a core). Its output follows the other's.
+	@$(BIN)/pytest tests/integration/workflows tests/integration/test_scrape_vs_stream.py \
+	    --durations=5 > $(TEST_LOGS)/runbooks.log 2>&1 & side=$$!; \
+	$(BIN)/pytest tests --ignore=tests/unit --ignore=tests/integration/workflows \
+	    --ignore=tests/integration/test_scrape_vs_stream.py --durations=15; rc=$$?; \
+	wait $$side; side_rc=$$?; \
+	echo "--- the runbook tests and the scrape-versus-stream run (their own session) ---"; \
+	cat $(TEST_LOGS)/runbooks.log; \
+	[ $$rc = 0 ] && [ $$side_rc = 0 ]
 
 ## demo: the main job
 demo: setup

@@ -103,11 +103,30 @@ class FaustProc:
 
 
 async def until_committed(proc: Any, app_id: str, bootstrap: str, tps: list[Any],
-                          end_total: int) -> None:
-    while await sb.committed_total(bootstrap, app_id, tps) < end_total:
+                          end_total: int) -> list[tuple[float, int]]:
+    """Wait for the group's committed offsets to reach the end; the (time, total) of each
+    commit seen on the way."""
+    steps: list[tuple[float, int]] = []
+    while True:
+        done = await sb.committed_total(bootstrap, app_id, tps)
+        if not steps or done != steps[-1][1]:
+            steps.append((time.perf_counter(), done))
+        if done >= end_total:
+            return steps
         if proc.poll() is not None:
             raise RuntimeError(f"{app_id} exited")
         await asyncio.sleep(0.1)
+
+
+def between_commits(steps: list[tuple[float, int]], samples_per_message: int) -> int | None:
+    """Port-samples/s between the first commit and the last, None with fewer than three: the
+    rate of a worker under way, without its start (group join, first sight of every device)
+    or the wait for its last commit (the batched consumer commits every few seconds)."""
+    moved = [(t, n) for t, n in steps if n > 0]
+    if len(moved) < 3:
+        return None
+    (t0, n0), (t1, n1) = moved[0], moved[-1]
+    return round((n1 - n0) * samples_per_message / (t1 - t0))
 
 
 async def faust_run(mode: str, bootstrap: str, state: Path, tps: list[Any], end_total: int,
@@ -137,12 +156,15 @@ async def worker_run(bootstrap: str, state: Path, tps: list[Any], end_total: int
         t0 = await asyncio.to_thread(worker.wait_ready)
         cpu0 = sb.cpu_seconds(worker.proc.pid)
         # the batched consumer's own group (streams/counters/batched.py)
-        await until_committed(worker.proc, f"{app_id}-counters" if batched else app_id,
-                              bootstrap, tps, end_total)
+        steps = await until_committed(worker.proc,
+                                      f"{app_id}-counters" if batched else app_id,
+                                      bootstrap, tps, end_total)
         wall, cpu = time.perf_counter() - t0, sb.cpu_seconds(worker.proc.pid) - cpu0
     finally:
         worker.stop()
-    return figures(wall, cpu, samples)
+    return {**figures(wall, cpu, samples),
+            "between_commits_port_samples_per_s": between_commits(steps, sb.PORTS_PER_DEVICE),
+            "commits_seen": len(steps)}
 
 
 async def run(args: argparse.Namespace, state: Path, bootstrap: str) -> dict[str, Any]:
