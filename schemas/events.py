@@ -481,6 +481,19 @@ def checked_model(cls: type[M], values: dict[str, Any], fields_set: set[str],
     return obj
 
 
+def column_port_errors(ports: list[int], errors: list[str | None] | None
+                       ) -> Iterable[tuple[int, str | None]]:
+    """(port, its error or None) from a ports column and an error column (None: absent)."""
+    return zip(ports, errors if errors is not None else [None] * len(ports), strict=True)
+
+
+def column_good_ports(ports: list[int], errors: list[str | None] | None) -> list[int] | None:
+    """The ports column when the error column names no error; else None."""
+    if errors is not None and errors.count(None) != len(errors):
+        return None
+    return ports
+
+
 class CounterColumns(Envelope):
     """A device's port samples as columns (``fabric.counters``, key ``device``).
 
@@ -599,18 +612,12 @@ class CounterColumns(Envelope):
     def port_errors(self) -> Iterable[tuple[int, str | None]]:
         """(port, the collector's error reading it or None), per port."""
         cols: Any = self.columns
-        errors = cols.error
-        return zip(cols.port, errors if errors is not None else [None] * len(cols.port),
-                   strict=True)
+        return column_port_errors(cols.port, cols.error)
 
     def good_ports(self) -> list[int] | None:
         """The ports column when no port carries an error; else None."""
         cols: Any = self.columns
-        errors = cols.error
-        if errors is not None and errors.count(None) != len(errors):
-            return None
-        ports: list[int] = cols.port
-        return ports
+        return column_good_ports(cols.port, cols.error)
 
     def names_devices(self) -> bool:
         """Whether some port names its own device (a host agent's HCAs)."""

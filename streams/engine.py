@@ -75,10 +75,17 @@ def once(value: dict[str, Any] | None, msg_id: str,
     box["s"], detections, counter_downs = apply(box["s"])
     if type(box["s"]) is dict and box["s"].pop(OLD, False):
         return box, detections, counter_downs, False  # older than the state: not remembered
-    box["r"].append([msg_id, [d.to_wire() for d in detections],
-                     [d.to_wire() for d in counter_downs]])
-    del box["r"][:-RECENT]
+    remember(box, [msg_id, [d.to_wire() for d in detections],
+                   [d.to_wire() for d in counter_downs]])
     return box, detections, counter_downs, False
+
+
+def remember(box: dict[str, Any], entry: list[Any]) -> None:
+    """A message's entry (its id, then what it produced, as wire data) among the value's
+    last ``RECENT``."""
+    recent: list[Any] = box["r"]
+    recent.append(entry)
+    del recent[:-RECENT]
 
 
 @dataclass
@@ -307,8 +314,7 @@ class Engine:
         box["s"], outs = incidents.step(box["s"], index, event, self.policy,
                                         su_of=self.context.su_of, wall=wall)
         if not isinstance(event, incidents.Tick):  # ticks are never redelivered as such
-            box["r"].append([event.id, incidents.outputs_to_wire(outs)])
-            del box["r"][:-RECENT]
+            remember(box, [event.id, incidents.outputs_to_wire(outs)])
         return box, outs, False
 
     def apply_breaker(self, value: dict[str, Any] | None, su: str,

@@ -153,13 +153,18 @@ class CountersPath:
         self.cache[key] = value
         self.views.pop(key, None)  # a device's own column view: its times moved
         if ts - value.get("p", 0) >= PERSIST_EVERY_MS:
-            value["p"] = ts
-            t0 = time.perf_counter()
-            self.table[key] = orjson.dumps(value)
-            sa.stats["persist_ms"] += (time.perf_counter() - t0) * 1000
-            sa.stats["persisted"] += 1
+            self._write(key, value, ts)
         sa.stats["events"] += 1
         sa.stats["samples"] += samples
+
+    def _write(self, key: bytes, value: dict[str, Any], ts: int) -> None:
+        """The device's value to its table, as of the message at ``ts``."""
+        stats = self.sa.stats
+        value["p"] = ts
+        t0 = time.perf_counter()
+        self.table[key] = orjson.dumps(value)
+        stats["persist_ms"] += (time.perf_counter() - t0) * 1000
+        stats["persisted"] += 1
 
     async def _part(self, msg: CountersMessage, pending: list[Awaitable[Any]] | None) -> None:
         sa = self.sa
@@ -180,11 +185,7 @@ class CountersPath:
         state = value["s"]
         if not redelivered and (state.pop("dirty", True) or detections or downs
                                 or msg.ts - value.get("p", 0) >= PERSIST_EVERY_MS):
-            value["p"] = msg.ts
-            t0 = time.perf_counter()
-            self.table[key] = orjson.dumps(value)
-            sa.stats["persist_ms"] += (time.perf_counter() - t0) * 1000
-            sa.stats["persisted"] += 1
+            self._write(key, value, msg.ts)
         sa.stats["events"] += 1
         sa.stats["samples"] += samples
         for d in downs:

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from streams.counters import columns
 from streams.counters.logic import counters_key
-from streams.engine import RECENT
+from streams.engine import remember
 from streams.stale.logic import Report, stream_key
 
 if TYPE_CHECKING:
@@ -139,7 +139,5 @@ def stamp(box: dict[str, Any], part_id: str, host: HostView, at: list[int], ts: 
     states = host.view.states
     for i in at:
         states[i][0] = ts
-    recent: list[Any] = box["r"]
-    recent.append([part_id, [], []])
-    del recent[:-RECENT]
+    remember(box, [part_id, [], []])
 

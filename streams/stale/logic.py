@@ -58,6 +58,7 @@ from collections.abc import Collection, Iterable, Sequence
 from typing import Any, Protocol
 
 from schemas import CountersMessage, Detection, DetectionKind, Severity
+from schemas.events import column_good_ports, column_port_errors
 from schemas.policy import Policy
 from streams.common import episode_id, make_detection
 
@@ -121,14 +122,10 @@ class Report:
         self.errors = errors
 
     def good_ports(self) -> list[int] | None:
-        errors = self.errors
-        if errors is not None and errors.count(None) != len(errors):
-            return None
-        return self.ports
+        return column_good_ports(self.ports, self.errors)
 
     def port_errors(self) -> Iterable[tuple[int, str | None]]:
-        errors = self.errors if self.errors is not None else [None] * len(self.ports)
-        return zip(self.ports, errors, strict=True)
+        return column_port_errors(self.ports, self.errors)
 
 
 def stream_key(source: str, device: str) -> str:
@@ -227,23 +224,17 @@ class StaleDetector:
                 rec[2] = None
                 state.setdefault("r", {})[key] = event.ts
             else:
-                # (expected_ms and _taught written out: this is every report's path)
-                min_ms = self.min_ms
-                expected_before = (self.default_ms if interval is None
-                                   else interval if interval >= min_ms else min_ms)
+                expected_before = self.expected_ms(interval)
                 if expected_before is not None and gap > self.factor * expected_before:
                     gaps.append((key, last, event.ts, expected_before, interval))
                     state.setdefault("r", {})[key] = event.ts
-                rec[1] = (gap if interval is None
-                          else interval * (1 - EWMA_WEIGHT) + gap * EWMA_WEIGHT)
+                rec[1] = self._taught(interval, gap)
             rec[0] = event.ts
         due = state.get("due")
         if due is not None and rec[2] is None:  # its deadline may now be the earliest
             expected_now = self.expected_ms(rec[1])
             if expected_now is not None:
-                deadline = int(rec[0] + self.factor * expected_now) - 1
-                if deadline < due:
-                    state["due"] = deadline
+                state["due"] = min(due, self._due(rec[0], expected_now))
         ports: dict[str, list[Any]] = rec[3]
         good = event.good_ports()
         lazy = rec[4] if len(rec) > 4 else None
@@ -290,6 +281,11 @@ class StaleDetector:
         rec[4:] = [None if good is None else [event.ts, list(good)]]
         return out
 
+    def _due(self, last: int, expected: float) -> int:
+        """A stream's deadline for the scope's ``due``, a millisecond early: a clock before
+        it is surely not past ``last + factor * expected`` whatever the float rounding."""
+        return int(last + self.factor * expected) - 1
+
     def _taught(self, interval: float | None, gap: float) -> float:
         return gap if interval is None else interval * (1 - EWMA_WEIGHT) + gap * EWMA_WEIGHT
 
@@ -322,7 +318,7 @@ class StaleDetector:
             if expected is None:
                 continue
             if clock - rec[0] <= factor * expected:
-                earliest = min(earliest, int(rec[0] + factor * expected) - 1)
+                earliest = min(earliest, self._due(rec[0], expected))
             else:
                 late.append(key)
         for key in sorted(late):
@@ -334,7 +330,7 @@ class StaleDetector:
                 quorum = _Quorum(state, clock)
             limit = self.factor * expected
             if 2 * quorum.past(last + limit, limit) <= others:
-                earliest = min(earliest, int(last + limit) - 1)  # judged again next check
+                earliest = min(earliest, self._due(last, expected))  # judged again next check
                 continue  # most of the fabric has not gone on past it yet
             source, _, device = key.partition(_SEP)
             ep = episode_id(DetectionKind.STALE, device, DEVICE_PORT, last, source)
