@@ -11,19 +11,15 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import psutil
 
 RESULTS = Path(__file__).with_name("results")
 PACKAGES = ("orjson", "pydantic", "aiokafka", "faust-streaming", "chdb", "temporalio")
 
 
 def machine_facts() -> dict[str, Any]:
-    try:
-        import psutil
-
-        memory_gib = round(psutil.virtual_memory().total / 2**30, 1)
-    except ImportError:  # pragma: no cover - psutil is a dependency
-        memory_gib = None
-    versions = {}
+    memory_gib = round(psutil.virtual_memory().total / 2**30, 1)
+    versions: dict[str, str | None] = {}
     for name in PACKAGES:
         try:
             versions[name] = metadata.version(name)
