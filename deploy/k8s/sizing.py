@@ -12,12 +12,18 @@ each figure comes from. The rules (explained in docs/deployment.md, "Sizing"):
 - Kafka disk: the measured compressed counter bytes per step, scaled by ports, one day,
   replication factor 3;
 - Temporal history shards: open runbooks are bounded by the breaker (1 % of ports).
+
+A second table sizes the stream workers for host agents (``fabricwatch agent``) sending
+every GPU node's counters each second, one 8-port ``counter_columns`` message per node,
+taken by the batched counters consumer: the same worker rule over the worker CPU per host
+message measured at a sustained host load (one core per worker).
 """
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,6 +58,9 @@ class Figures:
     counters_zstd_bytes_per_port_step: float  # deploy/strimzi/topic-bytes.json
     devices_per_port: float  # benchmarks/results/sim.json devices / ports
     dispatch_per_s: float  # benchmarks/results/runbooks.json burst_dispatch_per_s
+    # host_load_5k_after.json host_load.worker_cpu_us_per_message: a batched worker kept up
+    # with 5,000 host messages/s offered (its backlog flat); measured on a quiet box
+    host_cpu_us_per_message: float
 
     @classmethod
     def read(cls) -> Figures:
@@ -61,6 +70,7 @@ class Figures:
         sim = _load(RESULTS / "sim.json")
         runbooks = _load(RESULTS / "runbooks.json")
         topic = _load(TOPIC_BYTES)
+        hosts = _load(RESULTS / "host_load_5k_after.json")
         on_disk = _bytes(ledger["counter_samples_on_disk"])
         rows = ledger["history"]["rows"]["counter_samples"]
         counters = topic["per_step"]["fabric.counters"]
@@ -73,6 +83,7 @@ class Figures:
             counters_zstd_bytes_per_port_step=counters["zstd_bytes"] / topic["ports"],
             devices_per_port=sim["devices"] / sim["ports"],
             dispatch_per_s=float(runbooks["burst_dispatch_per_s"]),
+            host_cpu_us_per_message=float(hosts["host_load"]["worker_cpu_us_per_message"]),
         )
 
 
@@ -103,14 +114,21 @@ def _divisor_at_least(n: int, partitions: int) -> int:
     return next(d for d in range(max(n, 1), partitions + 1) if partitions % d == 0)
 
 
-def size(ports: int, f: Figures) -> Size:
-    load = ports / INTERVAL_S
-    needed = math.ceil(load / (f.worker_samples_per_s * TARGET_UTILISATION))
+def workers_for(load: float, per_worker: float) -> tuple[int, int]:
+    """(workers, partitions) for ``load`` at ``per_worker`` each: with one worker lost the
+    rest at <= 50 %, at least 2, and a divisor of the partitions (the registry's 12 while
+    that leaves 3x room to add workers, else the smallest multiple of 24 that does)."""
+    needed = math.ceil(load / (per_worker * TARGET_UTILISATION))
     workers_min = max(2, needed + 1)  # one lost worker leaves the rest at <= 50 %
     partitions = REGISTRY_PARTITIONS
     if partitions < 3 * needed:
         partitions = 24 * math.ceil(3 * needed / 24)
-    workers = _divisor_at_least(workers_min, partitions)
+    return _divisor_at_least(workers_min, partitions), partitions
+
+
+def size(ports: int, f: Figures) -> Size:
+    load = ports / INTERVAL_S
+    workers, partitions = workers_for(load, f.worker_samples_per_s)
     shards = max(1, math.ceil(load / (f.ledger_samples_per_s * TARGET_UTILISATION)))
     kafka_day = f.counters_zstd_bytes_per_port_step * ports * (86400 / INTERVAL_S) / 1e9
     brokers = 3 if ports <= 100_000 else 6
@@ -132,10 +150,56 @@ def size(ports: int, f: Figures) -> Size:
     )
 
 
+# GPU nodes (8 GPUs and 8 one-port HCAs each): 10k, 100k and 1M GPUs
+HOST_SCALES = {"10k": 1_250, "100k": 12_500, "1m": 125_000}
+HOST_INTERVAL_S = 1.0
+
+
+@dataclass(frozen=True)
+class HostSize:
+    nodes: int
+    messages_per_s: float
+    port_samples_per_s: float
+    workers: int
+    partitions: int
+    worker_utilisation: float
+    clickhouse_shards: int
+
+
+def host_size(nodes: int, f: Figures) -> HostSize:
+    load = nodes / HOST_INTERVAL_S
+    per_worker = 1e6 / f.host_cpu_us_per_message  # one core each
+    workers, partitions = workers_for(load, per_worker)
+    return HostSize(nodes=nodes, messages_per_s=load, port_samples_per_s=8 * load,
+                    workers=workers, partitions=partitions,
+                    worker_utilisation=load / (workers * per_worker),
+                    clickhouse_shards=max(1, math.ceil(8 * load / (f.ledger_samples_per_s
+                                                                   * TARGET_UTILISATION))))
+
+
+def host_table(f: Figures | None = None) -> str:
+    f = f or Figures.read()
+    sizes = [host_size(nodes, f) for nodes in HOST_SCALES.values()]
+    rows: list[tuple[str, Callable[[HostSize], str]]] = [
+        ("host messages/s (1 s, 8 ports each)", lambda s: f"{s.messages_per_s:,.0f}"),
+        ("port samples/s", lambda s: f"{s.port_samples_per_s:,.0f}"),
+        ("stream workers (batched counters, a core each)", lambda s: f"{s.workers}"),
+        ("partitions (port-events, counters)", lambda s: f"{s.partitions}"),
+        ("worker utilisation, all up", lambda s: f"{s.worker_utilisation:.0%}"),
+        ("ClickHouse shards x replicas (every sample kept)",
+         lambda s: f"{s.clickhouse_shards} x 2"),
+    ]
+    out = ["| | " + " | ".join(f"{s.nodes:,} nodes" for s in sizes) + " |",
+           "|---|" + "---:|" * len(sizes)]
+    for label, fmt in rows:
+        out.append(f"| {label} | " + " | ".join(fmt(s) for s in sizes) + " |")
+    return "\n".join(out)
+
+
 def table(f: Figures | None = None) -> str:
     f = f or Figures.read()
     sizes = {name: size(ports, f) for name, ports in SCALES.items()}
-    rows = [
+    rows: list[tuple[str, Callable[[Size], str]]] = [
         ("port samples/s (10 s sampling)", lambda s: f"{s.samples_per_s:,.0f}"),
         ("counter messages/s", lambda s: f"{s.counter_messages_per_s:,.0f}"),
         ("partitions (port-events, counters)", lambda s: f"{s.partitions}"),
@@ -158,4 +222,6 @@ def table(f: Figures | None = None) -> str:
 
 
 if __name__ == "__main__":
-    print(table())  # noqa: T201 - the table is the output
+    print(table())  # noqa: T201 - the tables are the output
+    print()  # noqa: T201
+    print(host_table())  # noqa: T201

@@ -68,3 +68,34 @@ def test_the_sizing_table_names_its_sources(tmp_path: Path) -> None:
     for source in ("streams.json", "ledger.json", "sim.json", "collectors_parse.json",
                    "runbooks.json", "topic-bytes.json"):
         assert source in doc, source
+
+
+def test_the_deployment_doc_carries_both_tables_as_the_script_prints_them() -> None:
+    mod = sizing()
+    doc = (DEPLOY.parent / "docs" / "deployment.md").read_text()
+    assert mod.table() in doc
+    assert mod.host_table() in doc
+    assert "host_load_5k_after.json" in doc
+
+
+@pytest.mark.parametrize("load", [1, 999, 1_250, 3_584, 3_585, 12_500, 125_000, 1_000_000])
+@pytest.mark.parametrize("per_worker", [7_168.5, 19_181.0, 500.0])
+def test_workers_carry_the_load_at_half_with_one_lost_and_divide_the_partitions(
+        load: int, per_worker: float) -> None:
+    mod = sizing()
+    workers, partitions = mod.workers_for(load, per_worker)
+    assert workers >= 2
+    assert (workers - 1) * per_worker * mod.TARGET_UTILISATION >= load
+    assert partitions % workers == 0
+    needed = math.ceil(load / (per_worker * mod.TARGET_UTILISATION))
+    assert partitions >= 3 * needed  # room to add workers
+
+
+def test_host_agents_at_1s_need_more_workers_than_polling_at_10s() -> None:
+    mod = sizing()
+    figures = mod.Figures.read()
+    host = mod.host_size(12_500, figures)  # 100k GPUs
+    assert host.port_samples_per_s == 100_000
+    per_worker = 1e6 / figures.host_cpu_us_per_message
+    assert host.workers * per_worker >= host.messages_per_s
+    assert host.workers > mod.size(100_000, figures).workers
