@@ -2,6 +2,7 @@
 
 Run: .venv/bin/python benchmarks/faust_floor.py [--ports 50000] [--intervals 12] [--columnar]
      [--ports-per-message 64] [--bootstrap HOST:PORT]
+     [--batched] [--before TREE --rounds 3]
 
 The stream worker's counters rate is ~0.1 of a bare aiokafka consumer that decodes the same
 messages. This run splits that gap in one sitting, on one broker and the same messages
@@ -22,7 +23,11 @@ bare consumer its own process CPU. Every figure is port-samples per CPU-second; 
 to ``bare`` say which share of the worker's gap is Faust's event loop and which is
 fabricwatch's work per message.
 
-Writes benchmarks/results/faust_floor.json.
+With ``--before TREE`` (an unpacked ``git archive`` of another revision) it runs only the
+batched worker, that tree's and this one's in turns, ``--rounds`` each, on the same
+messages, and reports each run's CPU per message and the ratio of the medians.
+
+Writes benchmarks/results/faust_floor.json (``--scenario`` names another).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -44,6 +50,7 @@ from benchmarks import streams_bench as sb  # noqa: E402
 from benchmarks._machine import save_and_print  # noqa: E402
 
 READY = "faust floor: first event"
+HERE = Path(__file__).resolve().parent.parent  # this tree, the "after" of --before
 
 
 def child(mode: str, bootstrap: str, app_id: str, datadir: str) -> None:
@@ -148,9 +155,12 @@ def figures(wall: float, cpu: float, samples: int) -> dict[str, Any]:
 
 
 async def worker_run(bootstrap: str, state: Path, tps: list[Any], end_total: int,
-                     samples: int, batched: bool = False) -> dict[str, Any]:
+                     samples: int, batched: bool = False, tree: Path | None = None
+                     ) -> dict[str, Any]:
     app_id = f"floor-worker-{uuid.uuid4().hex[:8]}"
     env = {"FABRICWATCH_STREAMS__COUNTERS_BATCHED": "true"} if batched else {}
+    if tree is not None:  # the worker's code from that tree (an unpacked ``git archive``)
+        env["PYTHONPATH"] = str(tree)
     worker = sb.WorkerProc(bootstrap, state, app_id, ledger=False, extra_env=env)
     try:
         t0 = await asyncio.to_thread(worker.wait_ready)
@@ -167,11 +177,37 @@ async def worker_run(bootstrap: str, state: Path, tps: list[Any], end_total: int
             "commits_seen": len(steps)}
 
 
+async def before_after(args: argparse.Namespace, state: Path, bootstrap: str, tps: list[Any],
+                       end_total: int, samples: int) -> dict[str, Any]:
+    """The batched worker of ``--before`` and of this tree in turns, ``--rounds`` each, on
+    the same messages: CPU per message of each run, and after / before of the medians."""
+    sides: dict[str, list[dict[str, Any]]] = {"before": [], "after": []}
+    for _ in range(args.rounds):
+        for side, tree in (("before", args.before), ("after", HERE)):
+            run_ = await worker_run(bootstrap, state, tps, end_total, samples, batched=True,
+                                    tree=tree)
+            run_["cpu_us_per_message"] = round(run_["cpu_s"] / end_total * 1e6, 1)
+            sides[side].append(run_)
+    median = {side: statistics.median(r["cpu_us_per_message"] for r in runs)
+              for side, runs in sides.items()}
+    return {"before_tree": str(args.before), "rounds": args.rounds, "worker_batched": sides,
+            "median_cpu_us_per_message": median,
+            "after_to_before_cpu": round(median["after"] / median["before"], 3)}
+
+
 async def run(args: argparse.Namespace, state: Path, bootstrap: str) -> dict[str, Any]:
     devices = sb.devices_for(args.ports)
     base = int(time.time() * 1000) - 3 * 3600_000
     messages = await sb.produce_counters(bootstrap, devices, args.intervals, base)
     tps, end_total = await sb.end_offsets(bootstrap, "fabric.counters")
+    if args.before is not None:
+        samples = messages * sb.PORTS_PER_DEVICE
+        return {"ports": len(devices) * sb.PORTS_PER_DEVICE, "intervals": args.intervals,
+                "ports_per_message": sb.PORTS_PER_DEVICE, "messages": messages,
+                "port_samples": samples,
+                "message_form": "counter_columns" if sb.COLUMNAR else "counters",
+                **await before_after(args, state, bootstrap, tps, end_total, samples),
+                "load_average_1m_at_end": round(os.getloadavg()[0], 2)}
     bare_s, samples = await sb.bare_throughput(bootstrap, end_total)
     bare_cpu = sb.BARE_CPU[1] - sb.BARE_CPU[0]
     out: dict[str, Any] = {
@@ -210,6 +246,10 @@ def main() -> None:
                         help="8: the size of a host agent's message")
     parser.add_argument("--batched", action="store_true",
                         help="also the worker with FABRICWATCH_STREAMS__COUNTERS_BATCHED")
+    parser.add_argument("--before", type=Path, default=None,
+                        help="only the batched worker, this unpacked tree's (git archive) "
+                             "and this one's in turns")
+    parser.add_argument("--rounds", type=int, default=3, help="turns of each (--before)")
     parser.add_argument("--bootstrap", default=None)
     parser.add_argument("--scenario", default="faust_floor")
     parser.add_argument("--child", choices=["events", "decode"], help=argparse.SUPPRESS)

@@ -1,4 +1,5 @@
-"""What every detector shares: building a contract ``Detection`` deterministically.
+"""What every detector shares: building a contract ``Detection`` deterministically, and
+writing a keyed state to its table.
 
 Detection ids and episode ids are pure functions of the port, the detector and the event
 time that opened the episode, so the worker and ``fabricwatch replay`` produce the same
@@ -8,6 +9,7 @@ that consumers drop by id (at-least-once delivery, exactly-once effect).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from schemas import Action, Detection, DetectionKind, Severity
@@ -34,6 +36,17 @@ def state_key(fabric: str, key: str) -> str:
     """A detector's state key: device names, rails and SU names repeat across fabrics, and
     one fabric's downs, counters or budget must never count for another's."""
     return f"{fabric}/{key}"
+
+
+def write_state(table: Any, key: bytes, encode: Callable[[], bytes]) -> None:
+    """A keyed state to its table. A Faust table takes the bytes now (each write goes to
+    its changelog); the batched counters consumer's store (``ChangelogStore.keep``) takes
+    the encoder and calls it when its flush sends the state, as of then."""
+    keep = getattr(table, "keep", None)
+    if keep is not None:
+        keep(key, encode)
+    else:
+        table[key] = encode()
 
 
 def policy_action(name: str) -> Action:

@@ -17,12 +17,14 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from schemas import CounterColumns, Counters, CountersMessage
 from schemas import topics as registry
+from streams.common import write_state
 from streams.counters import columns, hosts
 from streams.counters.columns import View
 from streams.counters.logic import LEGACY_SOURCES, counters_key
@@ -162,7 +164,7 @@ class CountersPath:
         stats = self.sa.stats
         value["p"] = ts
         t0 = time.perf_counter()
-        self.table[key] = orjson.dumps(value)
+        write_state(self.table, key, partial(orjson.dumps, value))
         stats["persist_ms"] += (time.perf_counter() - t0) * 1000
         stats["persisted"] += 1
 

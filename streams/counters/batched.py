@@ -13,7 +13,8 @@ over each fetched batch:
   in a ``ChangelogStore`` each, keyed as the Faust tables were, and go to compacted
   changelog topics (``{faust id}-counters-batched-changelog``,
   ``{faust id}-stale-batched-changelog``), each record on the partition of the counters
-  partition it belongs to. A state written several times in a batch is sent once.
+  partition it belongs to. A state written several times in a batch is sent once, and
+  encoded once, when it is sent.
 * **Order of a batch.** The messages of a fetch are applied one partition after another in
   turns of one message (as Faust hands them out); their counter downs, detections and dead
   letters are sent as they come. Every ``batched_commit_interval_s`` (5 s; and before a
@@ -47,7 +48,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from aiokafka import (  # type: ignore[import-untyped]  # no py.typed there
@@ -84,25 +85,42 @@ RESTORE_TIMEOUT_S = 300.0
 
 class ChangelogStore:
     """States by key in memory, each key on one partition; what changed since the last
-    ``take_changed`` goes to the changelog topic ``topic`` (compacted)."""
+    ``take_changed`` goes to the changelog topic ``topic`` (compacted).
+
+    A writer hands over the state's encoder (``keep``), not its bytes: only the last write
+    of a key before a flush reaches the changelog, so the state is encoded then, as of that
+    flush (whose commit covers every message applied to it), once. Encoded at each write, a
+    device's state was serialised for every message of it in a batch while catching up
+    (a 64-port device's dozens a flush), and a stale slice for every 5 s of event time.
+    """
 
     def __init__(self, topic: str) -> None:
         self.topic = topic
-        self.values: dict[bytes, bytes] = {}
+        self.values: dict[bytes, bytes | Callable[[], bytes]] = {}
         self.partition_of: dict[bytes, int] = {}
         self.changed: set[bytes] = set()
         self.current = 0  # the partition of the message being applied
 
     def get(self, key: bytes, default: bytes | None = None) -> bytes | None:
-        return self.values.get(key, default)
+        value = self.values.get(key, default)
+        return value() if callable(value) else value
 
     def __setitem__(self, key: bytes, value: bytes) -> None:
+        self.keep(key, value)
+
+    def keep(self, key: bytes, value: bytes | Callable[[], bytes]) -> None:
+        """The key's state: its bytes, or what encodes them when the next flush takes it."""
         self.values[key] = value
         self.partition_of[key] = self.current
         self.changed.add(key)
 
     def take_changed(self) -> list[tuple[bytes, bytes, int]]:
-        out = [(k, self.values[k], self.partition_of[k]) for k in self.changed]
+        out = []
+        for key in self.changed:
+            value = self.values[key]
+            if callable(value):  # encoded now, and kept as sent: equal to its changelog
+                value = self.values[key] = value()
+            out.append((key, value, self.partition_of[key]))
         self.changed.clear()
         return out
 

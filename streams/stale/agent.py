@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from schemas import CountersMessage
 from schemas import topics as registry
-from streams.common import state_key
+from streams.common import state_key, write_state
 from streams.stale.logic import StreamReport, report_key
 
 if TYPE_CHECKING:
@@ -121,13 +122,23 @@ class StaleObserver:
         slices.setdefault(partition, {})[key] = None
 
     def persist(self, fabric: str, partition: int, ts: int) -> None:
-        state = self.scopes[fabric]["s"]
-        mine = self.partition_of.get(fabric, {})
+        # the slice is built and encoded when the table takes it (a batched store: at its
+        # flush, as of then), from this fabric's objects (a reset lets go of them, so a
+        # slice still pending then is encoded as it was)
+        write_state(self.table, state_key(fabric, f"p{partition}").encode(),
+                    partial(self._slice, self.scopes[fabric],
+                            self.partition_of.setdefault(fabric, {}),
+                            self.members.setdefault(fabric, {}), partition))
+        self.loaded[(fabric, partition)] = ts
+
+    @staticmethod
+    def _slice(box: dict[str, Any], mine: dict[str, int],
+               members: dict[int, dict[str, None]], partition: int) -> bytes:
+        state = box["s"]
         lane = state.get("w", {}).get(str(partition))
         streams = state["s"]
         piece = {"w": lane[0] if lane else None,
-                 "s": {k: streams[k] for k in self.members.get(fabric, {}).get(partition, ())
-                       if k in streams},
+                 "s": {k: streams[k] for k in members.get(partition, ()) if k in streams},
                  "g": {k: v for k, v in state.get("g", {}).items() if mine.get(k) == partition},
                  "r": {k: v for k, v in state.get("r", {}).items() if mine.get(k) == partition}}
         # A device's episode opens on whichever partition's message moved the clock, while
@@ -138,8 +149,7 @@ class StaleObserver:
                    if rec[2] is not None and mine.get(k) != partition}
         if foreign:
             piece["o"] = foreign
-        self.table[state_key(fabric, f"p{partition}").encode()] = orjson.dumps(piece)
-        self.loaded[(fabric, partition)] = ts
+        return orjson.dumps(piece)
 
     async def observe(self, msg: CountersMessage, partition: int,
                       pending: list[Awaitable[Any]] | None = None,

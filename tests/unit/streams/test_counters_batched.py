@@ -48,3 +48,34 @@ def test_the_store_sends_a_key_once_per_batch_on_its_partition() -> None:
     store.restored(b"b", None, 5)  # a tombstone
     assert store.get(b"c") == b"y" and store.get(b"b") is None
     assert store.take_changed() == []  # what was read back is not sent again
+
+
+def test_a_state_handed_over_as_its_encoder_is_encoded_once_as_of_the_flush() -> None:
+    # a device's state written with each of its messages in a batch is encoded when the
+    # flush sends it, once, with every message applied (not as of its last write)
+    import orjson
+
+    store = ChangelogStore("t")
+    state = {"n": 0}
+    calls = []
+
+    def encode() -> bytes:
+        calls.append(1)
+        return orjson.dumps(state)
+
+    store.current = 2
+    for n in range(1, 41):
+        state["n"] = n
+        if n % 4 == 0:  # written with some of the messages
+            store.keep(b"dev", encode)
+    state["n"] = 41  # a message after its last write, applied before the flush
+    assert calls == []
+    assert store.get(b"dev") == b'{"n":41}'  # read back meanwhile: as of now, still to send
+    assert store.take_changed() == [(b"dev", b'{"n":41}', 2)]
+    assert len(calls) == 2
+    state["n"] = 42  # kept as sent: equal to the changelog until written again
+    assert store.get(b"dev") == b'{"n":41}' and store.take_changed() == []
+    assert len(calls) == 2
+    store.keep(b"dev", encode)
+    store.drop({2})  # a revoked partition's pending state goes unencoded
+    assert store.take_changed() == [] and len(calls) == 2
