@@ -44,6 +44,7 @@ from benchmarks import resources as res  # noqa: E402
 from benchmarks import streams_bench as sb  # noqa: E402
 from benchmarks._machine import save_and_print  # noqa: E402
 from fabricwatch.procs import ChildProcess  # noqa: E402
+from runtime.settings import load_settings  # noqa: E402
 
 LIBS = Path(__file__).resolve().parent.parent / "deploy" / "kafka" / "libs"
 PERF_CLASS = "org.apache.kafka.tools.ConsumerPerformance"
@@ -110,7 +111,11 @@ async def run(args: argparse.Namespace, state: Path, bootstrap: str) -> dict[str
             ready = await asyncio.to_thread(worker.wait_ready)
             spy = (res.start_profiles({"worker": worker.proc.pid}, args.profile_seconds, state)
                    if args.profile_seconds > 0 else {})
-            while await sb.committed_total(bootstrap, app_id, tps) < end_total:
+            # the worker inherits this environment: with the batched counters consumer its
+            # own group commits fabric.counters (streams/counters/batched.py)
+            batched = load_settings().streams.counters_batched
+            group = f"{app_id}-counters" if batched else app_id
+            while await sb.committed_total(bootstrap, group, tps) < end_total:
                 if worker.proc.poll() is not None:
                     raise RuntimeError(worker.log.read_bytes()[-3000:].decode(errors="replace"))
                 await asyncio.sleep(0.2)
