@@ -443,7 +443,6 @@ def test_a_rebalance_during_a_silence_still_ends_the_episode(order: str, table: 
     from types import SimpleNamespace
 
     from streams.counters.batched import ChangelogStore
-
     from streams.engine import Engine
     from streams.stale.agent import StaleObserver
 
