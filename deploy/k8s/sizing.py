@@ -26,7 +26,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -34,6 +34,7 @@ TOPIC_BYTES = ROOT / "deploy" / "strimzi" / "topic-bytes.json"
 INTERVAL_S = 10.0
 SCALES = {"10k": 10_000, "100k": 100_000, "1m": 1_000_000}
 REGISTRY_PARTITIONS = 12
+T = TypeVar("T")
 TARGET_UTILISATION = 0.5
 BREAKER_FRACTION = 0.01
 
@@ -126,10 +127,15 @@ def workers_for(load: float, per_worker: float) -> tuple[int, int]:
     return _divisor_at_least(workers_min, partitions), partitions
 
 
+def shards_for(samples_per_s: float, f: Figures) -> int:
+    """ClickHouse shards for the ledger at ``samples_per_s``: each at <= 50 % of its rate."""
+    return max(1, math.ceil(samples_per_s / (f.ledger_samples_per_s * TARGET_UTILISATION)))
+
+
 def size(ports: int, f: Figures) -> Size:
     load = ports / INTERVAL_S
     workers, partitions = workers_for(load, f.worker_samples_per_s)
-    shards = max(1, math.ceil(load / (f.ledger_samples_per_s * TARGET_UTILISATION)))
+    shards = shards_for(load, f)
     kafka_day = f.counters_zstd_bytes_per_port_step * ports * (86400 / INTERVAL_S) / 1e9
     brokers = 3 if ports <= 100_000 else 6
     open_runbooks = math.ceil(BREAKER_FRACTION * ports)
@@ -173,8 +179,7 @@ def host_size(nodes: int, f: Figures) -> HostSize:
     return HostSize(nodes=nodes, messages_per_s=load, port_samples_per_s=8 * load,
                     workers=workers, partitions=partitions,
                     worker_utilisation=load / (workers * per_worker),
-                    clickhouse_shards=max(1, math.ceil(8 * load / (f.ledger_samples_per_s
-                                                                   * TARGET_UTILISATION))))
+                    clickhouse_shards=shards_for(8 * load, f))
 
 
 def host_table(f: Figures | None = None) -> str:
@@ -189,11 +194,7 @@ def host_table(f: Figures | None = None) -> str:
         ("ClickHouse shards x replicas (every sample kept)",
          lambda s: f"{s.clickhouse_shards} x 2"),
     ]
-    out = ["| | " + " | ".join(f"{s.nodes:,} nodes" for s in sizes) + " |",
-           "|---|" + "---:|" * len(sizes)]
-    for label, fmt in rows:
-        out.append(f"| {label} | " + " | ".join(fmt(s) for s in sizes) + " |")
-    return "\n".join(out)
+    return markdown([f"{s.nodes:,} nodes" for s in sizes], sizes, rows)
 
 
 def table(f: Figures | None = None) -> str:
@@ -214,10 +215,15 @@ def table(f: Figures | None = None) -> str:
         ("Temporal numHistoryShards", lambda s: f"{s.history_shards}"),
         ("poller cores for perfquery parsing", lambda s: f"{s.poller_cores:.2f}"),
     ]
-    out = ["| | " + " | ".join(f"{p:,} ports" for p in SCALES.values()) + " |",
-           "|---|" + "---:|" * len(SCALES)]
+    return markdown([f"{p:,} ports" for p in SCALES.values()], list(sizes.values()), rows)
+
+
+def markdown(heads: list[str], sizes: list[T], rows: list[tuple[str, Callable[[T], str]]]
+                ) -> str:
+    """A table with a column per size (headed ``heads``) and a row per (label, format)."""
+    out = ["| | " + " | ".join(heads) + " |", "|---|" + "---:|" * len(heads)]
     for label, fmt in rows:
-        out.append(f"| {label} | " + " | ".join(fmt(s) for s in sizes.values()) + " |")
+        out.append(f"| {label} | " + " | ".join(fmt(s) for s in sizes) + " |")
     return "\n".join(out)
 
 
