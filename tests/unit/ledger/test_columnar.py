@@ -10,7 +10,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ledger.base import sample_generations
-from ledger.columnar import COUNTER_SCHEMA, counter_columns, counter_table, counter_tables, generations
+from ledger.columnar import (
+    COUNTER_SCHEMA,
+    counter_columns,
+    counter_table,
+    counter_tables,
+    generations,
+    one_sample_per_port,
+)
 from ledger.rows import LEDGER_COUNTER_FIELDS, RAW_COUNTER_COLUMNS, counter_samples
 from schemas import CounterColumns, Counters, PortSample
 
@@ -20,14 +27,14 @@ texts = st.one_of(st.none(), st.sampled_from(["4X", "1X", "NDR", "HDR"]))
 
 
 @st.composite
-def samples(draw: st.DrawFn) -> PortSample:
+def samples(draw: st.DrawFn, own: bool = True) -> PortSample:
     data: dict[str, Any] = {"port": draw(st.integers(0, 4))}
     for name in LEDGER_COUNTER_FIELDS:
         data[name] = draw(counts)
     data["raw_ber"], data["effective_ber"] = draw(gauges), draw(gauges)
     data["module_temp_c"] = draw(st.one_of(st.none(), st.floats(-40, 120)))
     data["width"], data["speed"] = draw(texts), draw(texts)
-    if draw(st.booleans()):
+    if own and draw(st.booleans()):
         data["device"] = draw(st.sampled_from(["node1/mlx5_0", "node1/mlx5_1"]))
     if draw(st.integers(0, 5)) == 0:
         data["error"] = "unreadable"
@@ -38,13 +45,17 @@ def samples(draw: st.DrawFn) -> PortSample:
 
 
 @st.composite
-def messages(draw: st.DrawFn) -> list[Counters]:
+def messages(draw: st.DrawFn, unique: bool = True, own: bool = True,
+             devices: tuple[str, ...] = ("leaf1", "leaf2")) -> list[Counters]:
     out = []
     for i in range(draw(st.integers(0, 5))):
-        ports = draw(st.lists(samples(), max_size=5, unique_by=lambda s: (s.device, s.port)))
+        # the contract refuses a port twice only among samples that name their own device
+        ports = draw(st.lists(samples(own), max_size=5, unique_by=(
+            (lambda s: (s.device, s.port)) if unique
+            else (lambda s: (s.device, s.port) if s.device else id(s)))))
         out.append(Counters(id=f"m{i}", ts=1_700_000_000_000 + draw(st.integers(0, 3)) * 1000,
                             fabric=draw(st.sampled_from(["a", "b"])), source="sim",
-                            device=draw(st.sampled_from(["leaf1", "leaf2"])), ports=ports))
+                            device=draw(st.sampled_from(devices)), ports=ports))
     return out
 
 
@@ -94,6 +105,36 @@ def test_generations_split_as_the_row_path_does(events: list[Counters]) -> None:
             sorted(g, key=repr) for g in want]
     tables = counter_tables(events)
     assert [t.num_rows for t in tables] == [len(g) for g in want]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(messages(unique=False),
+                 messages(unique=False, own=False, devices=tuple(f"leaf{i}" for i in range(9)))),
+       st.lists(st.booleans(), min_size=5, max_size=5))
+def test_the_messages_proof_of_one_sample_per_port_holds(events: list[Counters],
+                                                        columnar: list[bool]) -> None:
+    """Whatever the messages repeat (a port twice in one, a device in two, own devices),
+    the proof from the messages passes only batches the per-sample split would not cut,
+    and the inserts are the row path's generations either way."""
+    mixed = [CounterColumns.of(e) if c else e for e, c in zip(events, columnar, strict=False)]
+    if one_sample_per_port(mixed):
+        assert generations(counter_columns(mixed)) is None
+    want = sample_generations(_rows(events))
+    assert [t.num_rows for t in counter_tables(mixed)] == [len(g) for g in want]
+
+
+def test_the_proof_passes_one_poll_of_each_device_and_nothing_doubtful() -> None:
+    def poll(device: str, ports: list[int], own: str | None = None) -> Counters:
+        return Counters(id=device, ts=1000, fabric="f", source="sim", device=device,
+                        ports=[PortSample(port=p, device=own) for p in ports])
+
+    assert one_sample_per_port([poll("leaf1", [1, 2]), poll("leaf2", [1, 2])])
+    assert one_sample_per_port([CounterColumns.of(poll("leaf1", [1, 2])), poll("leaf2", [1])])
+    assert not one_sample_per_port([poll("leaf1", [1]), poll("leaf1", [2])])
+    assert not one_sample_per_port([poll("leaf1", [1, 1])])
+    assert not one_sample_per_port([CounterColumns.of(poll("leaf1", [1, 1]))])
+    assert not one_sample_per_port([poll("node1", [1], own="node1/mlx5_0")])
+    assert not one_sample_per_port([CounterColumns.of(poll("node1", [1], own="node1/mlx5_0"))])
 
 
 @settings(max_examples=100, deadline=None)
