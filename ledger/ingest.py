@@ -99,6 +99,7 @@ class _WaitForTheBatch(ConsumerRebalanceListener):  # type: ignore[misc]
 
     async def on_partitions_revoked(self, revoked: Any) -> None:
         async with self._ingest.busy:
+            await self._ingest.settle()  # the write in flight, and its commit
             self._ingest.hold.drop(revoked)
             for tp in revoked:
                 self._ingest.consumed.pop(tp, None)
@@ -128,10 +129,20 @@ class LedgerIngest:
         self.hold: SampleHold[Any, Event | DeadLetter] = SampleHold(round(lateness_s * 1000))
         # the next offset to read of every partition this process has read from
         self.consumed: dict[Any, int] = {}
-        # held by a batch's write and commit; a rebalance waits for it
+        # held while a batch is decoded and its write started, and by a rebalance, which
+        # first settles the write in flight
         self.busy = asyncio.Lock()
         self.committed: dict[Any, int] = {}
         self.stats = IngestStats()
+        # the write in flight: the engine inserts one batch while the next is fetched and
+        # decoded (chdb and the server's HTTP call release the GIL), and the offsets it
+        # covers, committed once it is in the ledger. One write at a time, in order.
+        self._writing: asyncio.Future[int] | None = None
+        self._writing_offsets: dict[Any, int] = {}
+        self._writing_started = 0.0
+        # a write failed: nothing more is committed by this process (run() raises; the
+        # next owner of the partitions reads that batch again)
+        self._failed = False
 
     async def run(self, stop: asyncio.Event) -> IngestStats:
         self._consumer.subscribe(self._topics, listener=_WaitForTheBatch(self))
@@ -142,10 +153,19 @@ class LedgerIngest:
                                                       max_records=self._max_records)
                 async with self.busy:
                     await self._batch(batches)
+        except BaseException:
+            # whatever broke the loop, what was read and not yet written is read again by
+            # the partitions' next owner: nothing more is committed (the write in flight is
+            # still waited for, so the engine is left between inserts)
+            self._failed = True
+            raise
         finally:
-            async with self.busy:
-                await self._commit()
-            await self._consumer.stop()
+            try:
+                async with self.busy:
+                    await self.settle()
+                    await self._commit()
+            finally:
+                await self._consumer.stop()
         return self.stats
 
     async def _batch(self, batches: dict[Any, list[Any]]) -> None:
@@ -174,21 +194,45 @@ class LedgerIngest:
             if highwater is not None and next_offset >= highwater:
                 self.hold.advance(tp, now)
         events.extend(self.hold.due())
-        if not events and not batches:
-            if self.consumed:
-                await self._commit()  # a release of held samples only: nothing to write
+        await self.settle()  # the batch before this one is in the ledger, and committed
+        if not events:
+            if batches or self.consumed:
+                await self._commit()  # all skipped or held, or a release of nothing
+            if batches:
+                self.stats.batches += 1
             return
-        started = time.perf_counter()
-        if events:
-            # chdb's insert blocks; a thread keeps the consumer's heartbeats going.
-            self.stats.rows += await asyncio.to_thread(self._writer.write, events)
-        self.stats.last_batch_s = time.perf_counter() - started
-        self.stats.batches += 1
-        await self._commit()
+        # chdb's insert blocks; a thread keeps the consumer's heartbeats going and lets the
+        # next batch be decoded meanwhile. Its offsets are taken now: what is read after
+        # this is not in this write.
+        self._writing_offsets = self.hold.safe_offsets(self.consumed)
+        self._writing_started = time.perf_counter()
+        # run_in_executor starts the thread now (asyncio.to_thread would wait for the loop
+        # to run its task, after the next batch's decode, and nothing would overlap)
+        self._writing = asyncio.get_running_loop().run_in_executor(
+            None, self._writer.write, events)
 
-    async def _commit(self) -> None:
-        """Commit what is written: up to the first held message of each partition."""
-        offsets = self.hold.safe_offsets(self.consumed)
+    async def settle(self) -> None:
+        """Wait for the write in flight, then commit the offsets it covers. A failed write
+        raises here and commits nothing: its batch is read again after the restart."""
+        writing, self._writing = self._writing, None
+        if writing is None:
+            return
+        try:
+            self.stats.rows += await writing
+        except BaseException:
+            self._failed = True
+            raise
+        self.stats.last_batch_s = time.perf_counter() - self._writing_started
+        self.stats.batches += 1
+        await self._commit(self._writing_offsets)
+
+    async def _commit(self, offsets: dict[Any, int] | None = None) -> None:
+        """Commit what is written: ``offsets``, or, with no write in flight, up to the first
+        held message of each partition."""
+        if self._failed:
+            return
+        if offsets is None:
+            offsets = self.hold.safe_offsets(self.consumed)
         assigned = self._consumer.assignment()
         offsets = {tp: offset for tp, offset in offsets.items()
                    if tp in assigned and self.committed.get(tp) != offset}

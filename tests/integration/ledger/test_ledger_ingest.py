@@ -9,6 +9,7 @@ import uuid
 import pytest
 
 from collectors.publish import Publisher
+from ledger.base import LedgerError
 from ledger.embedded import EmbeddedLedger
 from ledger.ingest import LedgerIngest
 from schemas import (
@@ -107,3 +108,120 @@ async def test_every_topic_reaches_the_ledger_and_a_replay_adds_nothing(
         ledger.close()
 
 
+
+
+class _SlowThenFailing:
+    """The real ledger behind a writer that takes ``delay_s`` a batch (an engine under load),
+    records how its writes interleave with the consumer, and fails from write ``fail_at``."""
+
+    def __init__(self, ledger: EmbeddedLedger, delay_s: float, fail_at: int | None = None
+                 ) -> None:
+        self.ledger, self.delay_s, self.fail_at = ledger, delay_s, fail_at
+        self.ingest: LedgerIngest | None = None
+        self.writes = 0
+        self.busy = False
+        self.overlapped = False
+        self.read_during_a_write = 0  # messages the consumer decoded while a write ran
+
+    def write(self, events: list) -> int:  # type: ignore[type-arg]
+        if self.busy:
+            self.overlapped = True
+        self.busy = True
+        try:
+            self.writes += 1
+            if self.fail_at is not None and self.writes >= self.fail_at:
+                raise LedgerError("the engine is gone")
+            assert self.ingest is not None
+            before = self.ingest.stats.messages
+            time.sleep(self.delay_s)
+            written = self.ledger.write(events)
+            self.read_during_a_write += self.ingest.stats.messages - before
+            return written
+        finally:
+            self.busy = False
+
+
+async def _publish_counters(bootstrap: str, fabric: str, n: int) -> None:
+    now = int(time.time() * 1000) - 60_000
+    async with Publisher(bootstrap) as publisher:
+        await publisher.send_many([
+            Counters(id=f"{fabric}-{i}", ts=now + i, fabric=fabric, source="sim",
+                     device=f"leaf-{i % 8}", ports=[PortSample(port=1, xmit_wait=i)])
+            for i in range(n)])
+        await publisher.flush()
+
+
+async def _stored(ledger: EmbeddedLedger, fabric: str) -> int:
+    rows = ledger.query("SELECT count() AS n FROM counter_samples FINAL "
+                        "WHERE fabric = {f:String}", {"f": fabric})
+    return int(rows[0]["n"])
+
+
+async def test_a_batch_is_decoded_while_the_one_before_is_written_one_write_at_a_time(
+        kafka_bootstrap: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    fabric = f"pipe-{uuid.uuid4().hex[:8]}"
+    await _publish_counters(kafka_bootstrap, fabric, 400)
+    ledger = EmbeddedLedger(tmp_path / "ledger")
+    ledger.migrate()
+    writer = _SlowThenFailing(ledger, delay_s=0.3)
+    try:
+        ingest = LedgerIngest(writer, kafka_bootstrap, group_id=f"pipe-{fabric}",
+                              poll_ms=100, max_records=50, topics=[COUNTERS.name],
+                              lateness_s=0)
+        writer.ingest = ingest
+        stop = asyncio.Event()
+        task = asyncio.create_task(ingest.run(stop))
+        deadline = time.monotonic() + 90
+        while await _stored(ledger, fabric) < 400 and time.monotonic() < deadline:
+            await asyncio.sleep(0.3)
+        stop.set()
+        await task
+        assert await _stored(ledger, fabric) == 400
+        assert writer.writes >= 3
+        assert not writer.overlapped  # the next write starts once the one before is in
+        assert writer.read_during_a_write > 0  # the consumer read on while the engine wrote
+        # every offset read was committed once its batch was written
+        assert ingest.committed == ingest.consumed
+    finally:
+        ledger.close()
+
+
+async def test_a_failed_write_commits_nothing_and_its_batch_is_read_again(
+        kafka_bootstrap: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    fabric = f"fail-{uuid.uuid4().hex[:8]}"
+    group = f"fail-{fabric}"
+    ledger = EmbeddedLedger(tmp_path / "ledger")
+    ledger.migrate()
+    try:
+        # a first owner catches up past a marker (other tests' messages are read too) ...
+        marker = f"{fabric}-marker"
+        await _publish_counters(kafka_bootstrap, marker, 1)
+        assert await _drain_fabric(ledger, kafka_bootstrap, group, marker, 1) == 1
+        # ... then ours arrive, and the next owner's engine fails on their first write
+        await _publish_counters(kafka_bootstrap, fabric, 40)
+        failing = _SlowThenFailing(ledger, delay_s=0.0, fail_at=1)
+        second = LedgerIngest(failing, kafka_bootstrap, group_id=group, poll_ms=100,
+                              topics=[COUNTERS.name], lateness_s=0)
+        failing.ingest = second
+        with pytest.raises(LedgerError, match="the engine is gone"):
+            await asyncio.wait_for(second.run(asyncio.Event()), 60)
+        assert failing.writes == 1
+        assert await _stored(ledger, fabric) == 0
+        # the owner after it reads our messages again: none was committed past
+        assert await _drain_fabric(ledger, kafka_bootstrap, group, fabric, 40) == 40
+    finally:
+        ledger.close()
+
+
+async def _drain_fabric(ledger: EmbeddedLedger, bootstrap: str, group: str, fabric: str,
+                        want: int) -> int:
+    ingest = LedgerIngest(ledger, bootstrap, group_id=group, poll_ms=100,
+                          topics=[COUNTERS.name], lateness_s=0)
+    stop = asyncio.Event()
+    task = asyncio.create_task(ingest.run(stop))
+    deadline = time.monotonic() + 60
+    while await _stored(ledger, fabric) < want and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)
+    stop.set()
+    await task
+    return await _stored(ledger, fabric)
