@@ -172,7 +172,7 @@ async def test_a_batch_is_decoded_while_the_one_before_is_written_one_write_at_a
         stop = asyncio.Event()
         task = asyncio.create_task(ingest.run(stop))
         deadline = time.monotonic() + 90
-        while await _stored(ledger, fabric) < 400 and time.monotonic() < deadline:
+        while await _stored(ledger, fabric) < 400 and time.monotonic() < deadline:  # noqa: ASYNC110 - polling the ledger itself
             await asyncio.sleep(0.3)
         stop.set()
         await task
@@ -220,7 +220,7 @@ async def _drain_fabric(ledger: EmbeddedLedger, bootstrap: str, group: str, fabr
     stop = asyncio.Event()
     task = asyncio.create_task(ingest.run(stop))
     deadline = time.monotonic() + 60
-    while await _stored(ledger, fabric) < want and time.monotonic() < deadline:
+    while await _stored(ledger, fabric) < want and time.monotonic() < deadline:  # noqa: ASYNC110 - polling the ledger itself
         await asyncio.sleep(0.2)
     stop.set()
     await task
