@@ -56,6 +56,13 @@ class Writer(Protocol):
     def write(self, events: Sequence[Event | DeadLetter]) -> int: ...
 
 
+def overlaps_writes(writer: Writer) -> bool:
+    """Whether ``writer``'s writes run beside the next batch's decode: a writer whose
+    engine is elsewhere says so (``overlap_writes = True``); others write one batch at a
+    time, decode then write."""
+    return bool(getattr(writer, "overlap_writes", False))
+
+
 @dataclass
 class IngestStats:
     messages: int = 0
@@ -134,9 +141,10 @@ class LedgerIngest:
         self.busy = asyncio.Lock()
         self.committed: dict[Any, int] = {}
         self.stats = IngestStats()
-        # the write in flight: the engine inserts one batch while the next is fetched and
-        # decoded (chdb and the server's HTTP call release the GIL), and the offsets it
-        # covers, committed once it is in the ledger. One write at a time, in order.
+        # the write in flight and the offsets it covers, committed once it is in the ledger.
+        # One write at a time, in order; with a writer whose engine is elsewhere (a server)
+        # the next batch is fetched and decoded meanwhile.
+        self._overlap = overlaps_writes(writer)
         self._writing: asyncio.Future[int] | None = None
         self._writing_offsets: dict[Any, int] = {}
         self._writing_started = 0.0
@@ -201,15 +209,17 @@ class LedgerIngest:
             if batches:
                 self.stats.batches += 1
             return
-        # chdb's insert blocks; a thread keeps the consumer's heartbeats going and lets the
-        # next batch be decoded meanwhile. Its offsets are taken now: what is read after
-        # this is not in this write.
+        # The insert blocks; a thread keeps the consumer's heartbeats going (and, for a
+        # server, lets the next batch be decoded meanwhile). Its offsets are taken now:
+        # what is read after this is not in this write.
         self._writing_offsets = self.hold.safe_offsets(self.consumed)
         self._writing_started = time.perf_counter()
         # run_in_executor starts the thread now (asyncio.to_thread would wait for the loop
         # to run its task, after the next batch's decode, and nothing would overlap)
         self._writing = asyncio.get_running_loop().run_in_executor(
             None, self._writer.write, events)
+        if not self._overlap:
+            await self.settle()
 
     async def settle(self) -> None:
         """Wait for the write in flight, then commit the offsets it covers. A failed write
