@@ -133,7 +133,9 @@ async def run(args: argparse.Namespace, state: Path, bootstrap: str) -> dict[str
         })
     if args.ledger:
         out["ledger_owner"], prof = await ledger_owner(bootstrap, state, tps, end_total,
-                                                       samples, args.profile_seconds)
+                                                       samples, args.profile_seconds,
+                                                       args.ledger_backend)
+        out["ledger_owner"]["backend"] = args.ledger_backend
         profiles.update(prof)
     out["load_average_1m_at_end"] = round(os.getloadavg()[0], 2)
     out["profile_seconds"] = args.profile_seconds
@@ -142,16 +144,32 @@ async def run(args: argparse.Namespace, state: Path, bootstrap: str) -> dict[str
 
 
 async def ledger_owner(bootstrap: str, state: Path, tps: list[Any], end_total: int,
-                       samples: int, profile_s: int) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``fabricwatch ledger serve --ingest`` catching up on the same messages (own group)."""
+                       samples: int, profile_s: int, backend: str = "embedded"
+                       ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The ledger's ingest catching up on the same messages (own group): ``embedded`` is
+    ``fabricwatch ledger serve --ingest``; ``server`` is ``fabricwatch ledger ingest``
+    writing over HTTP to ``fabricwatch ledger serve`` (read-write) in another process,
+    the shape of an ingest beside a ClickHouse server (the only one on this box)."""
     from fabricwatch.stack_config import free_ports
     from ledger.ingest import GROUP_ID
 
     (port,) = free_ports(1)
     env = {**os.environ, "FABRICWATCH_STATE_DIR": str(state / "ledger-owner"),
            "FABRICWATCH_KAFKA__BOOTSTRAP": bootstrap, "FABRICWATCH_LEDGER__HTTP_PORT": str(port)}
-    child = ChildProcess("ledger", [sys.executable, "-m", "fabricwatch", "ledger", "serve",
-                                    "--ingest"], state / "ledger-owner.log", env=env).start()
+    server: ChildProcess | None = None
+    if backend == "server":
+        server = ChildProcess("ledger-server", [sys.executable, "-m", "fabricwatch", "ledger",
+                                                "serve"], state / "ledger-server.log",
+                              env={**env, "FABRICWATCH_LEDGER__ALLOW_WRITES_OVER_HTTP": "true"}
+                              ).start()
+        await _wait_http(f"http://127.0.0.1:{port}/ping", server)
+        command = ["ledger", "ingest"]
+        env = {**env, "FABRICWATCH_STATE_DIR": str(state / "ledger-ingest"),
+               "FABRICWATCH_CLICKHOUSE_URL": f"http://127.0.0.1:{port}"}
+    else:
+        command = ["ledger", "serve", "--ingest"]
+    child = ChildProcess("ledger", [sys.executable, "-m", "fabricwatch", *command],
+                         state / "ledger-owner.log", env=env).start()
     assert child.proc is not None  # noqa: S101 - started above
     try:
         t0 = time.perf_counter()
@@ -169,11 +187,34 @@ async def ledger_owner(bootstrap: str, state: Path, tps: list[Any], end_total: i
         prof = await asyncio.to_thread(res.finish_profiles, spy, profile_s) if spy else {}
     finally:
         child.stop()
+        if server is not None:
+            server.stop()
     # from its first committed batch: the start-up (migrations, group join) is left out
     steady = end - (first or t0)
     return ({"wall_from_start_s": round(end - t0, 2), "wall_from_first_commit_s":
              round(steady, 2), "port_samples_per_s": round(samples / steady),
              "port_samples_per_s_incl_startup": round(samples / (end - t0))}, prof)
+
+
+def _answers(url: str) -> bool:
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=1) as reply:  # noqa: S310 - loopback
+            return bool(reply.status == 200)
+    except OSError:
+        return False
+
+
+async def _wait_http(url: str, child: ChildProcess, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not child.running:
+            raise RuntimeError(child.tail(40))
+        if await asyncio.to_thread(_answers, url):
+            return
+        await asyncio.sleep(0.2)
+    raise RuntimeError(f"{url} did not answer in {timeout_s:.0f} s")
 
 
 def main() -> None:
@@ -183,6 +224,10 @@ def main() -> None:
     parser.add_argument("--no-worker", action="store_true")
     parser.add_argument("--ledger", action=argparse.BooleanOptionalAction, default=True,
                         help="also time `ledger serve --ingest` catching up on the messages")
+    parser.add_argument("--ledger-backend", choices=("embedded", "server"),
+                        default="embedded",
+                        help="server: `ledger ingest` over HTTP to `ledger serve` in another "
+                             "process")
     parser.add_argument("--profile-seconds", type=int, default=30,
                         help="py-spy the worker and the ledger owner while they catch up")
     parser.add_argument("--bootstrap", default=None)
