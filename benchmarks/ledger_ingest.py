@@ -48,6 +48,10 @@ def _child(tree: Path, backend: str, ports: int, polls: int, columnar: bool = Fa
 
     from ledger.embedded import EmbeddedLedger
     from ledger.ingest import decode_record
+    from runtime import collector
+    from runtime.settings import load_settings
+
+    collector.tune(load_settings().gc_young_threshold)  # as `ledger serve --ingest` runs
 
     base = Path(tempfile.mkdtemp(prefix="ledger-ingest-"))
     ledger = EmbeddedLedger(base / "ledger")

@@ -62,11 +62,6 @@ class RawResult:
 class EmbeddedLedger(LedgerBase):
     """The ledger in a chdb data folder at ``path``."""
 
-    # Not beside the ingest's decode: chdb's insert keeps the GIL for much of its work (a
-    # Python loop ran at 0.2-0.4 of its pace during a 100k-sample insert, and the insert
-    # took up to 2x longer), and a catch-up of 1M samples from Kafka measured no faster.
-    overlap_writes = False
-
     def __init__(self, path: Path, *, retention_days: int = 400,
                  raw_counter_retention_days: int = 35) -> None:
         super().__init__(retention_days, raw_counter_retention_days)

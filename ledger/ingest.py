@@ -56,13 +56,6 @@ class Writer(Protocol):
     def write(self, events: Sequence[Event | DeadLetter]) -> int: ...
 
 
-def overlaps_writes(writer: Writer) -> bool:
-    """Whether ``writer``'s writes run beside the next batch's decode: a writer whose
-    engine is elsewhere says so (``overlap_writes = True``); others write one batch at a
-    time, decode then write."""
-    return bool(getattr(writer, "overlap_writes", False))
-
-
 @dataclass
 class IngestStats:
     messages: int = 0
@@ -106,7 +99,6 @@ class _WaitForTheBatch(ConsumerRebalanceListener):  # type: ignore[misc]
 
     async def on_partitions_revoked(self, revoked: Any) -> None:
         async with self._ingest.busy:
-            await self._ingest.settle()  # the write in flight, and its commit
             self._ingest.hold.drop(revoked)
             for tp in revoked:
                 self._ingest.consumed.pop(tp, None)
@@ -136,20 +128,12 @@ class LedgerIngest:
         self.hold: SampleHold[Any, Event | DeadLetter] = SampleHold(round(lateness_s * 1000))
         # the next offset to read of every partition this process has read from
         self.consumed: dict[Any, int] = {}
-        # held while a batch is decoded and its write started, and by a rebalance, which
-        # first settles the write in flight
+        # held by a batch's write and commit; a rebalance waits for it
         self.busy = asyncio.Lock()
         self.committed: dict[Any, int] = {}
         self.stats = IngestStats()
-        # the write in flight and the offsets it covers, committed once it is in the ledger.
-        # One write at a time, in order; with a writer whose engine is elsewhere (a server)
-        # the next batch is fetched and decoded meanwhile.
-        self._overlap = overlaps_writes(writer)
-        self._writing: asyncio.Future[int] | None = None
-        self._writing_offsets: dict[Any, int] = {}
-        self._writing_started = 0.0
-        # a write failed: nothing more is committed by this process (run() raises; the
-        # next owner of the partitions reads that batch again)
+        # a write failed, or the loop broke: nothing more is committed by this process (what
+        # it read and did not write is read again by the partitions' next owner)
         self._failed = False
 
     async def run(self, stop: asyncio.Event) -> IngestStats:
@@ -162,15 +146,12 @@ class LedgerIngest:
                 async with self.busy:
                     await self._batch(batches)
         except BaseException:
-            # whatever broke the loop, what was read and not yet written is read again by
-            # the partitions' next owner: nothing more is committed (the write in flight is
-            # still waited for, so the engine is left between inserts)
+            # a failed write, or any other break: the offsets read are not all written
             self._failed = True
             raise
         finally:
             try:
                 async with self.busy:
-                    await self.settle()
                     await self._commit()
             finally:
                 await self._consumer.stop()
@@ -202,47 +183,23 @@ class LedgerIngest:
             if highwater is not None and next_offset >= highwater:
                 self.hold.advance(tp, now)
         events.extend(self.hold.due())
-        await self.settle()  # the batch before this one is in the ledger, and committed
-        if not events:
-            if batches or self.consumed:
-                await self._commit()  # all skipped or held, or a release of nothing
-            if batches:
-                self.stats.batches += 1
+        if not events and not batches:
+            if self.consumed:
+                await self._commit()  # a release of held samples only: nothing to write
             return
-        # The insert blocks; a thread keeps the consumer's heartbeats going (and, for a
-        # server, lets the next batch be decoded meanwhile). Its offsets are taken now:
-        # what is read after this is not in this write.
-        self._writing_offsets = self.hold.safe_offsets(self.consumed)
-        self._writing_started = time.perf_counter()
-        # run_in_executor starts the thread now (asyncio.to_thread would wait for the loop
-        # to run its task, after the next batch's decode, and nothing would overlap)
-        self._writing = asyncio.get_running_loop().run_in_executor(
-            None, self._writer.write, events)
-        if not self._overlap:
-            await self.settle()
-
-    async def settle(self) -> None:
-        """Wait for the write in flight, then commit the offsets it covers. A failed write
-        raises here and commits nothing: its batch is read again after the restart."""
-        writing, self._writing = self._writing, None
-        if writing is None:
-            return
-        try:
-            self.stats.rows += await writing
-        except BaseException:
-            self._failed = True
-            raise
-        self.stats.last_batch_s = time.perf_counter() - self._writing_started
+        started = time.perf_counter()
+        if events:
+            # chdb's insert blocks; a thread keeps the consumer's heartbeats going.
+            self.stats.rows += await asyncio.to_thread(self._writer.write, events)
+        self.stats.last_batch_s = time.perf_counter() - started
         self.stats.batches += 1
-        await self._commit(self._writing_offsets)
+        await self._commit()
 
-    async def _commit(self, offsets: dict[Any, int] | None = None) -> None:
-        """Commit what is written: ``offsets``, or, with no write in flight, up to the first
-        held message of each partition."""
+    async def _commit(self) -> None:
+        """Commit what is written: up to the first held message of each partition."""
         if self._failed:
             return
-        if offsets is None:
-            offsets = self.hold.safe_offsets(self.consumed)
+        offsets = self.hold.safe_offsets(self.consumed)
         assigned = self._consumer.assignment()
         offsets = {tp: offset for tp, offset in offsets.items()
                    if tp in assigned and self.committed.get(tp) != offset}

@@ -56,10 +56,6 @@ def _client(url: str, *, database: str | None, compress: bool,
 class ServerLedger(LedgerBase):
     """The ledger in a ClickHouse server reached at ``url``."""
 
-    # The engine's work is another process's: the ingest decodes its next batch while a
-    # write waits on the server (``ledger.ingest``).
-    overlap_writes = True
-
     def __init__(self, url: str, *, retention_days: int = 400,
                  raw_counter_retention_days: int = 35, compress: bool = True,
                  create_database: bool = False, password: SecretStr | None = None) -> None:
