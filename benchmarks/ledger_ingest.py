@@ -142,10 +142,12 @@ def main() -> None:
                         help="a tree of the code before the change (git archive main)")
     parser.add_argument("--ports", type=int, default=100_000)
     parser.add_argument("--polls", type=int, default=4)
+    parser.add_argument("--scenario", default="ledger_ingest",
+                        help="the result's name in benchmarks/results/")
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--backends", default="embedded,server")
     parser.add_argument("--columnar", action="store_true",
-                        help="also run the after tree on counter_columns messages")
+                        help="also run both trees on counter_columns messages")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--tree", type=Path, default=ROOT, help=argparse.SUPPRESS)
     parser.add_argument("--backend", default="embedded", help=argparse.SUPPRESS)
@@ -161,6 +163,7 @@ def main() -> None:
 
     trees = {"before": args.before.resolve(), "after": ROOT}
     if args.columnar:
+        trees["before_columns"] = args.before.resolve()
         trees["after_columns"] = ROOT
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {}
     load_before = os.getloadavg()
@@ -169,7 +172,7 @@ def main() -> None:
         for _ in range(args.repeat):
             for name, tree in trees.items():
                 result = _run_child(tree, backend, args.ports, args.polls,
-                                    name == "after_columns")
+                                    name.endswith("_columns"))
                 print(f"{backend} {name}: {result}", flush=True)  # noqa: T201
                 runs[backend][name].append(result)
     figures: dict[str, Any] = {"ports": args.ports, "polls": args.polls,
@@ -188,10 +191,10 @@ def main() -> None:
         if "after_columns" in best:
             figures[backend]["columns_ratio_per_cpu_s"] = round(
                 best["after_columns"]["port_samples_per_cpu_s_median"]
-                / best["before"]["port_samples_per_cpu_s_median"], 2)
+                / best["before_columns"]["port_samples_per_cpu_s_median"], 2)
     figures["loadavg_before"] = [round(x, 2) for x in load_before]
     figures["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
-    save_and_print("ledger_ingest", figures)
+    save_and_print(args.scenario, figures)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from ledger.columnar import (
     counter_table,
     counter_tables,
     generations,
-    one_sample_per_port,
+    message_generations,
 )
 from ledger.rows import LEDGER_COUNTER_FIELDS, RAW_COUNTER_COLUMNS, counter_samples
 from schemas import CounterColumns, Counters, PortSample
@@ -103,38 +103,63 @@ def test_generations_split_as_the_row_path_does(events: list[Counters]) -> None:
     else:
         assert [sorted(_columns_as_rows(columns, g), key=repr) for g in split] == [
             sorted(g, key=repr) for g in want]
-    tables = counter_tables(events)
-    assert [t.num_rows for t in tables] == [len(g) for g in want]
+
+
+def _table_rows(table: pa.Table) -> list[tuple[Any, ...]]:
+    columns = {name: (table.column(name).cast(pa.int64()) if name == "ts"
+                      else table.column(name)).to_pylist() for name in RAW_COUNTER_COLUMNS}
+    return _columns_as_rows(columns)
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.one_of(messages(unique=False),
-                 messages(unique=False, own=False, devices=tuple(f"leaf{i}" for i in range(9)))),
+                 messages(unique=False, own=False, devices=tuple(f"leaf{i}" for i in range(9))),
+                 messages(unique=True, own=False)),
        st.lists(st.booleans(), min_size=5, max_size=5))
-def test_the_messages_proof_of_one_sample_per_port_holds(events: list[Counters],
-                                                        columnar: list[bool]) -> None:
-    """Whatever the messages repeat (a port twice in one, a device in two, own devices),
-    the proof from the messages passes only batches the per-sample split would not cut,
-    and the inserts are the row path's generations either way."""
+def test_the_inserts_hold_every_sample_once_one_per_port_oldest_first(
+        events: list[Counters], columnar: list[bool]) -> None:
+    """Whatever the messages repeat (a poll twice, a port twice in one, a device in several
+    with other ports, own devices, errors), split by the messages or by the samples: each
+    insert holds a port once, a port's samples go in ts order, and together the inserts
+    hold the row path's samples, a (port, ts) once."""
     mixed = [CounterColumns.of(e) if c else e for e, c in zip(events, columnar, strict=False)]
-    if one_sample_per_port(mixed):
-        assert generations(counter_columns(mixed)) is None
-    want = sample_generations(_rows(events))
-    assert [t.num_rows for t in counter_tables(mixed)] == [len(g) for g in want]
+    tables = counter_tables(mixed)
+    inserts = [_table_rows(t) for t in tables]
+    assert all(rows for rows in inserts)
+    key = slice(2, 6)  # fabric, source, device, port
+    for rows in inserts:
+        assert len({r[key] for r in rows}) == len(rows)
+    last: dict[tuple[Any, ...], float] = {}
+    for rows in inserts:
+        for r in rows:
+            assert r[1] > last.get(r[key], -1.0)
+            last[r[key]] = r[1]
+    want = [r for g in sample_generations(_rows(events)) for r in g]
+    assert sorted((r for rows in inserts for r in rows), key=repr) == sorted(want, key=repr)
 
 
-def test_the_proof_passes_one_poll_of_each_device_and_nothing_doubtful() -> None:
-    def poll(device: str, ports: list[int], own: str | None = None) -> Counters:
-        return Counters(id=device, ts=1000, fabric="f", source="sim", device=device,
+def test_a_batch_of_polls_splits_by_its_messages() -> None:
+    def poll(device: str, ts: int, ports: list[int], own: str | None = None) -> Counters:
+        return Counters(id=f"{device}-{ts}", ts=ts, fabric="f", source="sim", device=device,
                         ports=[PortSample(port=p, device=own) for p in ports])
 
-    assert one_sample_per_port([poll("leaf1", [1, 2]), poll("leaf2", [1, 2])])
-    assert one_sample_per_port([CounterColumns.of(poll("leaf1", [1, 2])), poll("leaf2", [1])])
-    assert not one_sample_per_port([poll("leaf1", [1]), poll("leaf1", [2])])
-    assert not one_sample_per_port([poll("leaf1", [1, 1])])
-    assert not one_sample_per_port([CounterColumns.of(poll("leaf1", [1, 1]))])
-    assert not one_sample_per_port([poll("node1", [1], own="node1/mlx5_0")])
-    assert not one_sample_per_port([CounterColumns.of(poll("node1", [1], own="node1/mlx5_0"))])
+    batch = [poll("leaf1", 3000, [1, 2]), poll("leaf2", 1000, [1]), poll("leaf1", 1000, [1, 2]),
+             poll("leaf1", 2000, [1, 2]), poll("leaf1", 1000, [1, 2]), poll("leaf2", 2000, [1])]
+    # leaf1 at 1000 twice: the same poll again, once; each device oldest first
+    assert message_generations(batch) == [[2, 1], [3, 5], [0]]
+    assert message_generations([CounterColumns.of(m) for m in batch]) == [[2, 1], [3, 5], [0]]
+    assert message_generations([poll("leaf1", 1000, [1, 2]), poll("leaf2", 1000, [1])]) == [
+        [0, 1]]
+    # the samples decide: other ports in a device's messages, a port twice, own devices
+    assert message_generations([poll("leaf1", 1000, [1]), poll("leaf1", 2000, [2])]) is None
+    assert message_generations([poll("leaf1", 1000, [1, 1])]) is None
+    assert message_generations([poll("node1", 1000, [1], own="node1/mlx5_0")]) is None
+    assert message_generations(
+        [CounterColumns.of(poll("node1", 1000, [1], own="node1/mlx5_0"))]) is None
+    tables = counter_tables(batch)
+    assert [t.column("id").to_pylist() for t in tables] == [
+        ["leaf1-1000", "leaf1-1000", "leaf2-1000"], ["leaf1-2000", "leaf1-2000", "leaf2-2000"],
+        ["leaf1-3000", "leaf1-3000"]]
 
 
 @settings(max_examples=100, deadline=None)
