@@ -208,8 +208,11 @@ def message_generations(events: Sequence[CountersMessage]) -> list[list[int]] | 
     its n-th distinct ts in insert n; a message at a ts its device already has is the same
     poll again and goes nowhere (as ``generations`` keeps a port's first sample at a ts).
     None, for the per-sample split, when a sample names its own device (a host agent's HCA),
-    a message names a port twice, or a device's messages do not carry the same ports."""
+    a message names a port twice, or a device's messages do not store the same ports (a
+    sample with ``error`` is not stored)."""
     by_device: dict[tuple[str, str], list[int]] = {}
+    # the ports a device's messages store: a sample with ``error`` is not stored, so two
+    # messages at one ts are the same poll only if the same ports survive in both
     ports_of: dict[tuple[str, str], list[int]] = {}
     for i, event in enumerate(events):
         if isinstance(event, CounterColumns):
@@ -218,10 +221,13 @@ def message_generations(events: Sequence[CountersMessage]) -> list[list[int]] | 
             if own is not None and own.count(None) != len(own):
                 return None
             ports: list[int] = cols["port"]
+            errors = cols.get("error")
+            if errors is not None and errors.count(None) != len(errors):
+                ports = [p for p, e in zip(ports, errors, strict=True) if e is None]
         else:
             if any(s.device for s in event.ports):
                 return None
-            ports = [s.port for s in event.ports]
+            ports = [s.port for s in event.ports if s.error is None]
         key = (event.fabric, event.device)
         known = ports_of.get(key)
         if known is None:

@@ -13,4 +13,4 @@ INSERT INTO schema_migrations (version, name, checksum) VALUES
     (10, 'probe_baselines', '118143dc9a6b3bf4'),
     (11, 'sm_sweeps', '9234f73699395592'),
     (12, 'counters_late_and_later_fields', '96c355c96fa26afe'),
-    (13, 'counter_hourly_rows', '6407d609081a1ee1');
+    (13, 'counter_hourly_rows', '385339cc19fa053a');

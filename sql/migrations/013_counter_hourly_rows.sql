@@ -1,13 +1,15 @@
 -- 013: counter_hourly takes each stored sample as its own row, without a GROUP BY per insert.
 --
--- An insert holds at most one sample per port (ledger.base.sample_generations, and the
--- columnar path's generations), so the view's GROUP BY fabric, device, port, hour made one
+-- The ledger's writes hold at most one sample per port an insert (ledger.base.sample_generations,
+-- ledger.columnar's generations), so the view's GROUP BY fabric, device, port, hour made one
 -- group per sample: a hash table of 100k keys and ~35 aggregates for every 100k-sample
 -- insert that left the rows as they were (measured: the engine's insert work 0.29 s against
 -- 0.36 s per 100k samples, chdb 4.4, BENCHMARKS.md). Every column is a
 -- SimpleAggregateFunction, so a row is its own state: merges add rows of one port-hour up as
 -- before, and readers already sum (or read FINAL), since rows of different inserts were never
--- combined before a merge. The same rows, the same sums.
+-- combined before a merge. The same rows, the same sums. (A bulk insert of several polls per
+-- port straight into counter_samples, as benchmarks/ledger_bench.py builds its day, now
+-- stores a row per sample where the GROUP BY folded them; merges fold them later.)
 
 DROP VIEW IF EXISTS mv_counter_hourly;
 

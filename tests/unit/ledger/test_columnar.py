@@ -156,6 +156,16 @@ def test_a_batch_of_polls_splits_by_its_messages() -> None:
     assert message_generations([poll("node1", 1000, [1], own="node1/mlx5_0")]) is None
     assert message_generations(
         [CounterColumns.of(poll("node1", 1000, [1], own="node1/mlx5_0"))]) is None
+    # a device's messages store other ports when a sample has an error: the samples decide,
+    # and the good sample of a port is kept whichever message at that ts carries it
+    broken = Counters(id="a", ts=1000, fabric="f", source="s1", device="leaf1",
+                      ports=[PortSample(port=1, error="unreadable"), PortSample(port=2)])
+    good = Counters(id="b", ts=1000, fabric="f", source="s2", device="leaf1",
+                    ports=[PortSample(port=1, symbol_errors=4), PortSample(port=2)])
+    for pair in ([broken, good], [CounterColumns.of(broken), CounterColumns.of(good)]):
+        assert message_generations(pair) is None
+        assert sorted((r[0], r[5]) for t in counter_tables(pair) for r in _table_rows(t)) == [
+            ("a", 2), ("b", 1)]
     tables = counter_tables(batch)
     assert [t.column("id").to_pylist() for t in tables] == [
         ["leaf1-1000", "leaf1-1000", "leaf2-1000"], ["leaf1-2000", "leaf1-2000", "leaf2-2000"],
