@@ -122,7 +122,7 @@ def _child(tree: Path, backend: str, ports: int, polls: int, columnar: bool = Fa
             writer.close()
             endpoint.stop()
         ledger.close()
-    return {"port_samples_per_poll": n,
+    return {"port_samples_per_write": n,
             "port_samples_per_s_median": round(statistics.median(walls)),
             "port_samples_per_cpu_s_median": round(statistics.median(cpus)),
             "decode_cpu_s_median": round(statistics.median(decode_cpu), 3),
