@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import csv
 import io
 import os
@@ -162,7 +163,7 @@ async def ledger_owner(bootstrap: str, state: Path, tps: list[Any], end_total: i
                                                 "serve"], state / "ledger-server.log",
                               env={**env, "FABRICWATCH_LEDGER__ALLOW_WRITES_OVER_HTTP": "true"}
                               ).start()
-        await _wait_http(f"http://127.0.0.1:{port}/ping", server)
+        await _wait_listening(port, server)
         command = ["ledger", "ingest"]
         env = {**env, "FABRICWATCH_STATE_DIR": str(state / "ledger-ingest"),
                "FABRICWATCH_CLICKHOUSE_URL": f"http://127.0.0.1:{port}"}
@@ -196,25 +197,19 @@ async def ledger_owner(bootstrap: str, state: Path, tps: list[Any], end_total: i
              "port_samples_per_s_incl_startup": round(samples / (end - t0))}, prof)
 
 
-def _answers(url: str) -> bool:
-    import urllib.request
+async def _wait_listening(port: int, child: ChildProcess, timeout_s: float = 60.0) -> None:
+    """The stack's own readiness check (a connect to the port), while ``child`` lives."""
+    from fabricwatch.stack import _wait_port
 
-    try:
-        with urllib.request.urlopen(url, timeout=1) as reply:  # noqa: S310 - loopback
-            return bool(reply.status == 200)
-    except OSError:
-        return False
-
-
-async def _wait_http(url: str, child: ChildProcess, timeout_s: float = 60.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if not child.running:
             raise RuntimeError(child.tail(40))
-        if await asyncio.to_thread(_answers, url):
+        with contextlib.suppress(OSError, asyncio.TimeoutError):
+            await asyncio.wait_for(_wait_port("127.0.0.1", port), 2)
             return
         await asyncio.sleep(0.2)
-    raise RuntimeError(f"{url} did not answer in {timeout_s:.0f} s")
+    raise RuntimeError(f"127.0.0.1:{port} did not answer in {timeout_s:.0f} s")
 
 
 def main() -> None:
