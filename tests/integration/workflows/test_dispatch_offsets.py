@@ -11,9 +11,12 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import pytest
-from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped]
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer  # type: ignore[import-untyped]
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic  # type: ignore[import-untyped]
 from temporalio.client import Client
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
@@ -23,7 +26,7 @@ from schemas import encode
 from schemas.events import Action, Topology, TopologyLink
 from schemas.policy import Policy
 from schemas.topics import DETECTIONS
-from workflows.dispatch import Dispatcher, run_dispatcher
+from workflows.dispatch import Dispatcher, _LookbackForNewGroup, run_dispatcher
 from workflows.inventory import Inventory
 from workflows.remediation.models import cable_workflow_id
 
@@ -118,3 +121,74 @@ async def test_new_group_looks_back_and_old_group_resumes(
                 await client.get_workflow_handle(wf_id).terminate("test over")
             except RPCError:
                 pass
+
+
+class _RecordAfterTheTimeQuery:
+    """The real consumer, but a record lands in an empty partition just after the look-back's
+    time query has answered: the moment in which the end offset used to be taken, too late."""
+
+    def __init__(self, consumer: AIOKafkaConsumer, land: Callable[[], Awaitable[None]]) -> None:
+        self._consumer = consumer
+        self._land = land
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._consumer, name)
+
+    async def offsets_for_times(self, query: dict[Any, int]) -> dict[Any, Any]:
+        found: dict[Any, Any] = await self._consumer.offsets_for_times(query)
+        await self._land()
+        return found
+
+
+class _PlacedAt(_LookbackForNewGroup):
+    """The look-back's listener, noting where it left each partition."""
+
+    positions: dict[int, int] | None = None
+
+    async def on_partitions_assigned(self, assigned: Any) -> None:
+        await super().on_partitions_assigned(assigned)
+        self.positions = {tp.partition: await self.consumer.position(tp) for tp in assigned}
+
+
+async def test_a_detection_landing_while_a_new_group_is_placed_is_read(
+        kafka_bootstrap: str) -> None:
+    # Seen in the isolation benchmark: a fresh group's partition found nothing recent, was
+    # sent to its end by seek_to_end, which resolved after a detection had landed there,
+    # and the detection was committed without a runbook.
+    topic = f"lookback-{uuid.uuid4().hex[:8]}"
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, 3, 1)])
+    finally:
+        await admin.close()
+    producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all")
+    await producer.start()
+    consumer = AIOKafkaConsumer(bootstrap_servers=kafka_bootstrap, group_id=f"g-{topic}",
+                                enable_auto_commit=False, auto_offset_reset="earliest")
+    await consumer.start()
+    try:
+        landed = asyncio.Event()
+
+        async def land() -> None:
+            if not landed.is_set():
+                landed.set()
+                await producer.send_and_wait(topic, b"meanwhile", partition=1)
+
+        lookback = _PlacedAt(_RecordAfterTheTimeQuery(consumer, land), 60_000)
+        consumer.subscribe([topic], listener=lookback)
+        read: list[bytes] = []
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not (read and lookback.positions):
+            batches = await consumer.getmany(timeout_ms=500)
+            read += [m.value for tp, ms in batches.items() for m in ms
+                     if not lookback.before_start(tp, m.timestamp)]
+        assert landed.is_set(), "the group was never placed"
+        # every partition starts where it ended before the time query (empty: 0), so the
+        # record that landed after it is read, whatever the fetcher's own reset does
+        assert lookback.positions == {0: 0, 1: 0, 2: 0}
+        # (the fetcher may hand it over once before the seek too: at least once)
+        assert set(read) == {b"meanwhile"}
+    finally:
+        await consumer.stop()
+        await producer.stop()

@@ -64,3 +64,15 @@ async def test_a_detection_of_an_incident_or_a_maintenance_window_starts_nothing
     windowed = base.model_copy(update={"id": "d-mw", "maintenance": "mw-1"})
     assert not await disp.handle_raw(encode(windowed), DETECTIONS, NOW)
     assert disp.stats.held == 2 and disp.stats.dispatched == 0 and disp.stats.invalid == 0
+
+
+def test_a_fresh_partition_starts_at_its_first_recent_record_else_at_its_end_before_the_query(
+) -> None:
+    from aiokafka.structs import OffsetAndTimestamp  # type: ignore[import-untyped]
+
+    from workflows.dispatch import start_offsets
+
+    ends = {"d-0": 7, "d-1": 0, "d-2": 12}
+    found = {"d-0": OffsetAndTimestamp(5, 10_000), "d-1": None,
+             "d-2": OffsetAndTimestamp(13, 10_500)}  # records from 12 on came after the end query
+    assert start_offsets(["d-0", "d-1", "d-2"], ends, found) == {"d-0": 5, "d-1": 0, "d-2": 12}
