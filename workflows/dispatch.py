@@ -373,16 +373,27 @@ async def consume_committed(topic: str, bootstrap: str, group_id: str,
     try:
         if ready is not None:
             await ready()
+        uncommitted = False
         while not stop.is_set():
             batches = await consumer.getmany(timeout_ms=500, max_records=max_records)
+            if lookback.failed is not None:
+                # its partitions stay paused: fail closed, the worker's restart places again
+                raise RuntimeError(f"{topic}: a new assignment could not be placed "
+                                   f"({lookback.failed!r}); nothing was taken from it"
+                                   ) from lookback.failed
             for tp, messages in batches.items():
                 for msg in messages:
                     if not lookback.before_start(tp, msg.timestamp):
                         await _until_accepted(handle, msg.value, msg.timestamp, stop, what)
-            if (batches or lookback.placed) and not stop.is_set():
+            uncommitted = uncommitted or bool(batches)
+            # Not while an assignment is being placed: a fresh partition's position is then
+            # the fetcher's reset (earliest), and committed it would no longer be fresh.
+            if (uncommitted or lookback.placed) and not stop.is_set() and not lookback.placing:
                 # after Temporal accepted every start/signal of the batch: at-least-once.
                 # Also right after a new group was placed, so a partition that stays quiet
-                # is not "new" (and looked back on) again at the next start.
+                # is not "new" (and looked back on) again at the next start. The flag is
+                # taken before the commit: a placement during it is committed next time.
+                placed, lookback.placed = lookback.placed, False
                 try:
                     await consumer.commit()
                 except CommitFailedError as exc:
@@ -390,10 +401,10 @@ async def consume_committed(topic: str, bootstrap: str, group_id: str,
                     # missed its heartbeats): the batch's records are read again by whoever
                     # has their partitions now, and a start or signal taken twice is one
                     # runbook (workflow id, episode rule). Not a reason to stop the worker.
+                    lookback.placed = lookback.placed or placed
                     log.warning("%s: offsets not committed, the group rebalanced (%s); "
                                 "the batch will be read again", topic, exc)
-                    continue
-                lookback.placed = False
+                uncommitted = False
     finally:
         await consumer.stop()
 
@@ -415,13 +426,15 @@ class _LookbackForNewGroup(ConsumerRebalanceListener):  # type: ignore[misc]
     def __init__(self, consumer: Any, lookback_ms: int) -> None:
         self.consumer = consumer
         self.lookback_ms = lookback_ms
-        self.placed = False
+        self.placed = False  # a placement not committed yet
+        self.placing = False
+        self.failed: BaseException | None = None
         self._since: dict[Any, int] = {}  # fresh partition -> the record time it starts at
 
     def before_start(self, tp: Any, received_ms: int | None) -> bool:
-        """A record of a fresh partition older than where it was placed: skipped. The fetcher
-        may already hold records from the reset position (earliest) while the seek happens;
-        this keeps the look-back exact whatever it fetched first."""
+        """A record of a fresh partition older than where it was placed: skipped. Records
+        the fetcher read from its reset position before the seek, or after an offset out of
+        range (reset to earliest), are judged by their time."""
         since = self._since.get(tp)
         return since is not None and received_ms is not None and received_ms < since
 
@@ -429,7 +442,32 @@ class _LookbackForNewGroup(ConsumerRebalanceListener):  # type: ignore[misc]
         pass
 
     async def on_partitions_assigned(self, assigned: Any) -> None:
-        fresh = [tp for tp in assigned if await self.consumer.committed(tp) is None]
+        # aiokafka's fetcher starts on a new assignment (at earliest, for a partition without
+        # a committed offset) while this listener runs, and getmany hands its records over:
+        # paused until every partition is placed, so a fresh group never acts on retained
+        # detections from before its look-back. A placement that fails leaves them paused
+        # and ``failed`` set, which stops the consumer (fail closed).
+        partitions = list(assigned)
+        if not partitions:
+            return
+        self.consumer.pause(*partitions)
+        self.placing = True
+        try:
+            await self._place(partitions)
+        except Exception as exc:  # noqa: BLE001 - handed to consume_committed, which raises
+            self.failed = exc
+            return
+        finally:
+            self.placing = False
+        self.consumer.resume(*partitions)
+
+    async def _place(self, partitions: list[Any]) -> None:
+        fresh = []
+        for tp in partitions:
+            if await self.consumer.committed(tp) is None:
+                fresh.append(tp)
+            else:
+                self._since.pop(tp, None)  # resumes from its offsets, whatever their time
         if not fresh:
             return
         since = int(time.time() * 1000) - self.lookback_ms
