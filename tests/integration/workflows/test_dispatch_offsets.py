@@ -15,8 +15,13 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer  # type: ignore[import-untyped]
+from aiokafka import (  # type: ignore[import-untyped]
+    AIOKafkaConsumer,
+    AIOKafkaProducer,
+    TopicPartition,
+)
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic  # type: ignore[import-untyped]
+from aiokafka.errors import KafkaTimeoutError  # type: ignore[import-untyped]
 from temporalio.client import Client
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
@@ -241,6 +246,50 @@ async def test_a_new_group_takes_nothing_from_before_its_look_back_while_being_p
             if lookback.positions is not None:
                 rounds_after -= 1
         assert lookback.positions == {0: 1}, "placed at the end: nothing inside the look-back"
+        assert handed == []
+    finally:
+        await consumer.stop()
+        await producer.stop()
+
+
+class _CannotPlace:
+    """The real consumer, but the committed-offset question fails (a broker that took the
+    group's join and does not answer it)."""
+
+    def __init__(self, consumer: AIOKafkaConsumer) -> None:
+        self._consumer = consumer
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._consumer, name)
+
+    async def committed(self, tp: Any) -> Any:
+        raise KafkaTimeoutError("no answer")
+
+
+async def test_a_placement_that_fails_hands_nothing_over(kafka_bootstrap: str) -> None:
+    # Fail closed: the partitions stay paused and the listener says why (consume_committed
+    # raises it, which ends the runbook worker; its restart places again).
+    topic = await _new_topic(kafka_bootstrap, 1)
+    producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all")
+    await producer.start()
+    consumer = AIOKafkaConsumer(bootstrap_servers=kafka_bootstrap, group_id=f"g-{topic}",
+                                enable_auto_commit=False, auto_offset_reset="earliest")
+    try:
+        await producer.send_and_wait(topic, b"retained", partition=0,
+                                     timestamp_ms=int(time.time() * 1000) - 7_200_000)
+        await consumer.start()
+        lookback = _LookbackForNewGroup(_CannotPlace(consumer), 60_000)
+        consumer.subscribe([topic], listener=lookback)
+        handed: list[bytes] = []
+        deadline = time.monotonic() + 20
+        rounds_after = 5
+        while time.monotonic() < deadline and rounds_after:
+            batches = await consumer.getmany(timeout_ms=200)
+            handed += [m.value for ms in batches.values() for m in ms]
+            if lookback.failed is not None:
+                rounds_after -= 1
+        assert isinstance(lookback.failed, KafkaTimeoutError)
+        assert consumer.paused() == {TopicPartition(topic, 0)}
         assert handed == []
     finally:
         await consumer.stop()
