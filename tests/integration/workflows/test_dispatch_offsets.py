@@ -15,11 +15,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-from aiokafka import (  # type: ignore[import-untyped]
-    AIOKafkaConsumer,
-    AIOKafkaProducer,
-    TopicPartition,
-)
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer  # type: ignore[import-untyped]
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic  # type: ignore[import-untyped]
 from aiokafka.errors import KafkaTimeoutError  # type: ignore[import-untyped]
 from temporalio.client import Client
@@ -128,16 +124,23 @@ async def test_new_group_looks_back_and_old_group_resumes(
                 pass
 
 
-class _RecordAfterTheTimeQuery:
-    """The real consumer, but a record lands in an empty partition just after the look-back's
-    time query has answered: the moment in which the end offset used to be taken, too late."""
+class _ConsumerView:
+    """The real consumer as the look-back's listener sees it; subclasses change one answer."""
 
-    def __init__(self, consumer: AIOKafkaConsumer, land: Callable[[], Awaitable[None]]) -> None:
+    def __init__(self, consumer: AIOKafkaConsumer) -> None:
         self._consumer = consumer
-        self._land = land
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._consumer, name)
+
+
+class _RecordAfterTheTimeQuery(_ConsumerView):
+    """A record lands in an empty partition just after the look-back's time query has
+    answered: the moment in which the end offset used to be taken, too late."""
+
+    def __init__(self, consumer: AIOKafkaConsumer, land: Callable[[], Awaitable[None]]) -> None:
+        super().__init__(consumer)
+        self._land = land
 
     async def offsets_for_times(self, query: dict[Any, int]) -> dict[Any, Any]:
         found: dict[Any, Any] = await self._consumer.offsets_for_times(query)
@@ -204,20 +207,54 @@ async def test_a_detection_landing_while_a_new_group_is_placed_is_read(
         await producer.stop()
 
 
-class _SlowToPlace:
-    """The real consumer, answering the listener's committed-offset questions slowly (a busy
-    broker, twelve partitions asked one after another): the window in which aiokafka's
-    fetcher already reads a fresh partition from its reset position, earliest."""
-
-    def __init__(self, consumer: AIOKafkaConsumer) -> None:
-        self._consumer = consumer
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._consumer, name)
+class _SlowToPlace(_ConsumerView):
+    """The committed-offset questions answered slowly (a busy broker, twelve partitions asked
+    one after another): the window in which aiokafka's fetcher already reads a fresh
+    partition from its reset position, earliest."""
 
     async def committed(self, tp: Any) -> Any:
         await asyncio.sleep(1.0)
         return await self._consumer.committed(tp)
+
+
+class _CannotPlace(_ConsumerView):
+    """The committed-offset question fails (a broker that took the group's join and does not
+    answer it)."""
+
+    async def committed(self, tp: Any) -> Any:
+        raise KafkaTimeoutError("no answer")
+
+
+async def _retained_record_read_by(bootstrap: str, listener: Callable[[Any], Any],
+                                   placed: Callable[[Any], bool]) -> tuple[Any, list[bytes],
+                                                                           set[int]]:
+    """A one-partition topic holding a two-hour-old record, read by a new group whose
+    look-back listener is ``listener(consumer)`` until ``placed(listener)`` and five reads
+    more. Returns the listener, what was handed over past its look-back, what is paused."""
+    topic = await _new_topic(bootstrap, 1)
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    await producer.start()
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=f"g-{topic}",
+                                enable_auto_commit=False, auto_offset_reset="earliest")
+    try:
+        await producer.send_and_wait(topic, b"retained", partition=0,
+                                     timestamp_ms=int(time.time() * 1000) - 7_200_000)
+        await consumer.start()
+        lookback = listener(consumer)
+        consumer.subscribe([topic], listener=lookback)
+        handed: list[bytes] = []
+        deadline = time.monotonic() + 20
+        rounds_after = 5
+        while time.monotonic() < deadline and rounds_after:
+            batches = await consumer.getmany(timeout_ms=200)
+            handed += [m.value for tp, ms in batches.items() for m in ms
+                       if not lookback.before_start(tp, m.timestamp)]
+            if placed(lookback):
+                rounds_after -= 1
+        return lookback, handed, {tp.partition for tp in consumer.paused()}
+    finally:
+        await consumer.stop()
+        await producer.stop()
 
 
 async def test_a_new_group_takes_nothing_from_before_its_look_back_while_being_placed(
@@ -225,72 +262,20 @@ async def test_a_new_group_takes_nothing_from_before_its_look_back_while_being_p
     # Without the pause, getmany handed the retained record over during the listener's
     # first await, before the look-back's start was known: a fresh dispatcher group would
     # have started runbooks for detections up to the topic's retention old.
-    topic = await _new_topic(kafka_bootstrap, 1)
-    producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all")
-    await producer.start()
-    consumer = AIOKafkaConsumer(bootstrap_servers=kafka_bootstrap, group_id=f"g-{topic}",
-                                enable_auto_commit=False, auto_offset_reset="earliest")
-    try:
-        await producer.send_and_wait(topic, b"retained", partition=0,
-                                     timestamp_ms=int(time.time() * 1000) - 7_200_000)
-        await consumer.start()
-        lookback = _PlacedAt(_SlowToPlace(consumer), 60_000)
-        consumer.subscribe([topic], listener=lookback)
-        handed: list[bytes] = []
-        deadline = time.monotonic() + 20
-        rounds_after = 5  # a few more reads once placed
-        while time.monotonic() < deadline and rounds_after:
-            batches = await consumer.getmany(timeout_ms=200)
-            handed += [m.value for tp, ms in batches.items() for m in ms
-                       if not lookback.before_start(tp, m.timestamp)]
-            if lookback.positions is not None:
-                rounds_after -= 1
-        assert lookback.positions == {0: 1}, "placed at the end: nothing inside the look-back"
-        assert handed == []
-    finally:
-        await consumer.stop()
-        await producer.stop()
-
-
-class _CannotPlace:
-    """The real consumer, but the committed-offset question fails (a broker that took the
-    group's join and does not answer it)."""
-
-    def __init__(self, consumer: AIOKafkaConsumer) -> None:
-        self._consumer = consumer
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._consumer, name)
-
-    async def committed(self, tp: Any) -> Any:
-        raise KafkaTimeoutError("no answer")
+    lookback, handed, paused = await _retained_record_read_by(
+        kafka_bootstrap, lambda c: _PlacedAt(_SlowToPlace(c), 60_000),
+        lambda lb: lb.positions is not None)
+    assert lookback.positions == {0: 1}, "placed at the end: nothing inside the look-back"
+    assert handed == []
+    assert paused == set()
 
 
 async def test_a_placement_that_fails_hands_nothing_over(kafka_bootstrap: str) -> None:
     # Fail closed: the partitions stay paused and the listener says why (consume_committed
     # raises it, which ends the runbook worker; its restart places again).
-    topic = await _new_topic(kafka_bootstrap, 1)
-    producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all")
-    await producer.start()
-    consumer = AIOKafkaConsumer(bootstrap_servers=kafka_bootstrap, group_id=f"g-{topic}",
-                                enable_auto_commit=False, auto_offset_reset="earliest")
-    try:
-        await producer.send_and_wait(topic, b"retained", partition=0,
-                                     timestamp_ms=int(time.time() * 1000) - 7_200_000)
-        await consumer.start()
-        lookback = _LookbackForNewGroup(_CannotPlace(consumer), 60_000)
-        consumer.subscribe([topic], listener=lookback)
-        handed: list[bytes] = []
-        deadline = time.monotonic() + 20
-        rounds_after = 5
-        while time.monotonic() < deadline and rounds_after:
-            batches = await consumer.getmany(timeout_ms=200)
-            handed += [m.value for ms in batches.values() for m in ms]
-            if lookback.failed is not None:
-                rounds_after -= 1
-        assert isinstance(lookback.failed, KafkaTimeoutError)
-        assert consumer.paused() == {TopicPartition(topic, 0)}
-        assert handed == []
-    finally:
-        await consumer.stop()
-        await producer.stop()
+    lookback, handed, paused = await _retained_record_read_by(
+        kafka_bootstrap, lambda c: _LookbackForNewGroup(_CannotPlace(c), 60_000),
+        lambda lb: lb.failed is not None)
+    assert isinstance(lookback.failed, KafkaTimeoutError)
+    assert paused == {0}
+    assert handed == []
