@@ -51,6 +51,7 @@ changelogged table. It holds only the downs that can still matter: those after
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -359,10 +360,12 @@ def _evaluate(state: FlapState, event_id: str, event_ts: int, window: int, max_d
             runs[-1].append(g)
         else:
             runs.append([g])
+    held = _episodes_by_run(state, times, runs, [t for t, _ in downs], window, max_downs,
+                            exact_from)
     detections: list[Detection] = []
-    for run in runs:
+    for r, run in enumerate(runs):
         existing = next((state.marks[d] for g in run for d in members[g] if d in state.marks),
-                        None)
+                        held.get(r))
         if existing is None:
             start = times[run[0]]
             eid = episode_id(DetectionKind.FLAP, state.device, state.port, start)
@@ -397,6 +400,32 @@ def _evaluate(state: FlapState, event_id: str, event_ts: int, window: int, max_d
         if fire:
             detections.append(_detection(state, eid, state.episodes[eid]))
     return detections
+
+
+def _episodes_by_run(state: FlapState, times: list[int], runs: list[list[int]],
+                     down_ts: list[int], window: int, max_downs: int,
+                     exact_from: int) -> dict[int, str]:
+    """The run (by index) whose over-limit period holds each fired episode's start.
+
+    Over-limit periods never overlap, so a run that holds an episode's start is that
+    episode, whichever of its downs carry its mark. A trap that takes the place of a
+    counter-revealed down moves that down earlier, into its true time: the count can now
+    cross the limit at a group before the episode's start whose downs the episode never
+    marked, and without this the same downs would open a second episode. Only starts
+    inside the exact horizon are placed (before it, pruned downs make counts inexact and
+    the marks decide)."""
+    run_of = {g: r for r, run in enumerate(runs) for g in run}
+    held: dict[int, str] = {}
+    for eid, ep in sorted(state.episodes.items(), key=lambda kv: (kv[1].start, kv[0])):
+        if ep.start < exact_from:
+            continue
+        g = bisect_right(times, ep.start) - 1
+        # the count at the start itself: it only falls between groups, so it is over the
+        # limit there only if the run of the last group before it has not yet ended
+        count = bisect_right(down_ts, ep.start) - bisect_right(down_ts, ep.start - window)
+        if g >= 0 and g in run_of and count > max_downs:
+            held.setdefault(run_of[g], eid)
+    return held
 
 
 def _same_episode(state: FlapState, a: list[str], b: list[str]) -> bool:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -243,6 +245,50 @@ def test_no_episode_id_is_fired_with_two_contents_whatever_the_arrival_order() -
             for d in dets:
                 assert seen.setdefault(d.id, d.evidence) == d.evidence, order
         assert len(seen) == 1, (order, seen)  # one episode, whatever came first
+
+
+def _burst(down_times: list[int], period: int, offset: int, tag: str
+           ) -> list[PortEvent | CounterDowns]:
+    """Each down's trap, and the counter reads of the same port every ``period`` from
+    ``offset`` (each read's increase: the downs since the read before it)."""
+    events: list[PortEvent | CounterDowns] = [down(t, f"{tag}{t}") for t in down_times]
+    prev, i = down_times[0] - period + offset, 0
+    while prev < down_times[-1]:
+        increase = sum(1 for t in down_times if prev < t <= prev + period)
+        events.append(cdowns(f"{tag}{i}", prev, prev + period, increase))
+        prev, i = prev + period, i + 1
+    return events
+
+
+@settings(max_examples=400, deadline=None)
+@given(bursts=st.lists(st.tuples(
+           st.lists(st.integers(0, 50), min_size=3, max_size=6, unique=True),
+           st.sampled_from([5, 10, 20, 30]), st.integers(0, 29), st.randoms()),
+       min_size=1, max_size=2),
+       roundtrip=st.booleans())
+def test_each_burst_is_one_episode_whatever_the_arrival_order(
+        bursts: list[tuple[list[int], int, int, Any]], roundtrip: bool) -> None:
+    # Three to six downs within 50 s (inside the lateness, so none is dropped), each seen by
+    # its trap and by a counter read every 5-30 s, in any order: one episode per burst, one
+    # content per id. A trap that arrives after the counters moves its down earlier, to its
+    # true time, and may move where the count crosses the limit; the episode stays the one
+    # fired. (Before: 691 of 30,000 random orders opened a second episode.) Bursts are two
+    # hours apart and arrive in turn.
+    events: list[PortEvent | CounterDowns] = []
+    for b, (seconds, period, offset, rng) in enumerate(bursts):
+        burst = _burst(sorted(b * 120 * M + s * S for s in seconds), period * S,
+                       (offset % period) * S, f"b{b}-")
+        rng.shuffle(burst)
+        events += burst
+    state = FlapState()
+    contents: dict[str, dict[str, Any]] = {}
+    for ev in events:
+        if roundtrip:
+            state = FlapState.from_json(orjson.loads(orjson.dumps(state.to_json())))
+        state, dets = step(state, ev, POLICY)
+        for d in dets:
+            assert contents.setdefault(d.id, d.evidence) == d.evidence
+    assert len(contents) == len(bursts), [e.id for e in events]
 
 
 def test_state_survives_json_roundtrip() -> None:
