@@ -2,8 +2,10 @@
 
 ``acquire`` asks the SU budget, then the fabric budget, with update-with-start so the first
 request of an SU creates its budget. If the fabric refuses after the SU granted, the SU grant
-is released again, so a refusal never leaves a grant behind. Both calls are idempotent per
-holder, so a retried activity changes nothing.
+is released again, so a refusal never leaves a grant behind; that release names the attempt,
+so an attempt that timed out and finishes late cannot take back the grant of a retry that
+has since succeeded. Both calls are idempotent per holder, so a retried activity changes
+nothing.
 """
 
 from __future__ import annotations
@@ -90,28 +92,35 @@ class BudgetActivities:
                 IsolationBudget.grant, req, start_workflow_operation=self._op(wf_id, start)))
         return result
 
-    async def _release(self, wf_id: str, start: BudgetInput, holder: str) -> ReleaseResult:
+    async def _release(self, wf_id: str, start: BudgetInput, holder: str,
+                       only_attempt: int | None = None) -> ReleaseResult:
         result: ReleaseResult = await _while_busy(
             lambda: self._client.execute_update_with_start_workflow(
-                IsolationBudget.release, ReleaseRequest(holder=holder),
+                IsolationBudget.release, ReleaseRequest(holder=holder, only_attempt=only_attempt),
                 start_workflow_operation=self._op(wf_id, start)))
         return result
 
     @activity.defn(name="budget_acquire")
     async def acquire(self, inp: AcquireInput) -> GrantResult:
-        su_start = BudgetInput(fabric=inp.fabric, scope="su", su=inp.su, limit=inp.su_limit)
-        fab_start = BudgetInput(fabric=inp.fabric, scope="fabric", limit=inp.fabric_limit)
+        # An attempt that timed out may still be running beside its retry; the attempt
+        # number keeps its compensating release off a grant the retry has since relied on.
+        attempt = activity.info().attempt if activity.in_activity() else None
+        su_start = BudgetInput(fabric=inp.fabric, scope="su", su=inp.su, limit=inp.su_limit,
+                               limit_ts=inp.limits_ts)
+        fab_start = BudgetInput(fabric=inp.fabric, scope="fabric", limit=inp.fabric_limit,
+                                limit_ts=inp.limits_ts)
         su = await self._grant(su_budget_id(inp.fabric, inp.su), su_start, GrantRequest(
-            holder=inp.holder, port_key=inp.port_key, limit=inp.su_limit, force_by=inp.force_by,
-            probe=inp.probe))
+            holder=inp.holder, port_key=inp.port_key, limit=inp.su_limit,
+            limit_ts=inp.limits_ts, force_by=inp.force_by, probe=inp.probe, attempt=attempt))
         if not su.granted:
             return su
         fab = await self._grant(fabric_budget_id(inp.fabric), fab_start, GrantRequest(
             holder=inp.holder, port_key=inp.port_key, limit=inp.fabric_limit,
-            force_by=inp.force_by, probe=inp.probe))
+            limit_ts=inp.limits_ts, force_by=inp.force_by, probe=inp.probe, attempt=attempt))
         if not fab.granted:
             if not inp.probe:
-                await self._release(su_budget_id(inp.fabric, inp.su), su_start, inp.holder)
+                await self._release(su_budget_id(inp.fabric, inp.su), su_start, inp.holder,
+                                    only_attempt=attempt)
             return fab
         return su
 

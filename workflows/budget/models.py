@@ -55,6 +55,8 @@ class Holder(_Model):
     port_key: str
     granted_ts: int
     forced_by: str | None = None  # the human who approved a grant past the limit
+    # the latest acquire attempt that asked for this grant (None: unknown, before attempts)
+    attempt: int | None = None
 
 
 class BudgetInput(_Model):
@@ -62,6 +64,7 @@ class BudgetInput(_Model):
     scope: Literal["su", "fabric", "rail"]
     su: str | None = None
     limit: int = 0
+    limit_ts: int = 0  # when the limit was resolved (see GrantRequest.limit_ts)
     holders: list[Holder] = Field(default_factory=list)
     granted_total: int = 0
     refused_total: int = 0
@@ -73,9 +76,15 @@ class BudgetInput(_Model):
 class GrantRequest(_Model):
     holder: str
     port_key: str
-    limit: int  # the requester's view of the limit from the current policy; the latest wins
+    # The requester's view of the limit, resolved from the policy and the SU's size when its
+    # runbook started (``limit_ts``, ms). The most recently resolved limit wins, not the
+    # latest request: a runbook started before a policy change must not put back the old
+    # limit (a larger one would let the SU past the new one). 0: unstamped (older runbooks).
+    limit: int
+    limit_ts: int = 0
     force_by: str | None = None  # grant past the limit: a human approved
-    probe: bool = False  # shadow mode: answer as if, hold nothing
+    probe: bool = False  # shadow mode: answer as if, hold nothing (nor change the limit)
+    attempt: int | None = None  # the acquire activity's attempt (see ReleaseRequest)
 
 
 class GrantResult(_Model):
@@ -88,6 +97,10 @@ class GrantResult(_Model):
 
 class ReleaseRequest(_Model):
     holder: str
+    # Release only the grant this attempt of the acquire activity asked for last. A timed-out
+    # attempt still running when its retry has taken both grants and isolated must not take
+    # the SU grant back when its own fabric request is refused. None: release whatever is held.
+    only_attempt: int | None = None
 
 
 class ReleaseResult(_Model):
@@ -116,6 +129,7 @@ class AcquireInput(_Model):
     su_limit: int
     fabric_limit: int
     ts: int
+    limits_ts: int = 0  # when su_limit and fabric_limit were resolved (RunbookConfig)
     force_by: str | None = None
     probe: bool = False
 

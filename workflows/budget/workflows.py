@@ -30,6 +30,7 @@ class IsolationBudget:
     def __init__(self, inp: BudgetInput) -> None:
         self._inp = inp
         self._limit = inp.limit
+        self._limit_ts = inp.limit_ts
         # dict keeps insertion order, so iteration is deterministic on replay
         self._holders: dict[str, Holder] = {h.holder: h for h in inp.holders}
         self._granted_total = inp.granted_total
@@ -42,7 +43,7 @@ class IsolationBudget:
         await workflow.wait_condition(workflow.all_handlers_finished)
         workflow.continue_as_new(BudgetInput(
             fabric=inp.fabric, scope=inp.scope, su=inp.su, limit=self._limit,
-            holders=list(self._holders.values()), granted_total=self._granted_total,
+            limit_ts=self._limit_ts, holders=list(self._holders.values()), granted_total=self._granted_total,
             refused_total=self._refused_total, max_history_events=inp.max_history_events,
         ))
 
@@ -58,32 +59,42 @@ class IsolationBudget:
 
     @workflow.update
     def grant(self, req: GrantRequest) -> GrantResult:
-        if req.limit >= 0:
-            self._limit = req.limit
+        limit = self._limit
+        if req.limit >= 0 and req.limit_ts >= self._limit_ts:
+            limit = req.limit
+            if not req.probe:  # a shadow-mode probe answers as if, and changes nothing
+                self._limit, self._limit_ts = req.limit, req.limit_ts
         in_use = len(self._holders)
-        if req.holder in self._holders:
-            return GrantResult(granted=True, in_use=in_use, limit=self._limit, already_held=True,
+        held = self._holders.get(req.holder)
+        if held is not None:
+            if req.attempt is not None and (held.attempt or 0) < req.attempt:
+                self._holders[req.holder] = held.model_copy(update={"attempt": req.attempt})
+            return GrantResult(granted=True, in_use=in_use, limit=limit, already_held=True,
                                reason="already held")
-        if in_use >= self._limit and req.force_by is None:
+        if in_use >= limit and req.force_by is None:
             if not req.probe:
                 self._refused_total += 1
             return GrantResult(
-                granted=False, in_use=in_use, limit=self._limit,
-                reason=(f"isolation budget of {self._name()} exhausted: {in_use} of {self._limit} "
+                granted=False, in_use=in_use, limit=limit,
+                reason=(f"isolation budget of {self._name()} exhausted: {in_use} of {limit} "
                         f"port(s) already isolated"))
         if req.probe:
-            return GrantResult(granted=True, in_use=in_use, limit=self._limit, reason="probe")
+            return GrantResult(granted=True, in_use=in_use, limit=limit, reason="probe")
         self._holders[req.holder] = Holder(
             holder=req.holder, port_key=req.port_key,
-            granted_ts=int(workflow.now().timestamp() * 1000), forced_by=req.force_by)
+            granted_ts=int(workflow.now().timestamp() * 1000), forced_by=req.force_by,
+            attempt=req.attempt)
         self._granted_total += 1
-        reason = f"override by {req.force_by}" if in_use >= self._limit else ""
-        return GrantResult(granted=True, in_use=in_use + 1, limit=self._limit, reason=reason)
+        reason = f"override by {req.force_by}" if in_use >= limit else ""
+        return GrantResult(granted=True, in_use=in_use + 1, limit=limit, reason=reason)
 
     @workflow.update
     def release(self, req: ReleaseRequest) -> ReleaseResult:
-        released = self._holders.pop(req.holder, None) is not None
-        return ReleaseResult(released=released, in_use=len(self._holders))
+        held = self._holders.get(req.holder)
+        if held is not None and (req.only_attempt is None or held.attempt == req.only_attempt):
+            del self._holders[req.holder]
+            return ReleaseResult(released=True, in_use=len(self._holders))
+        return ReleaseResult(released=False, in_use=len(self._holders))
 
     @workflow.query
     def state(self) -> BudgetState:

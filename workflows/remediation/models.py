@@ -7,6 +7,7 @@ they deserialize the same way on replay years later. Fields are only ever added,
 
 from __future__ import annotations
 
+import time
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -131,6 +132,9 @@ class RunbookConfig(_Model):
     shadow: bool = False
     su_limit: int = 1
     fabric_limit: int = 10
+    # when the two limits were resolved (ms; 0 before this existed): the budget keeps the most
+    # recently resolved limit, so a runbook started under an older policy cannot restore it
+    limits_ts: int = 0
     timeouts: ActivityTimeouts = ActivityTimeouts()
     repeat_window_s: float = 30 * 86400.0
     repeat_next_rung_after: int = 2
@@ -143,7 +147,8 @@ class RunbookConfig(_Model):
 
     @classmethod
     def from_policy(cls, policy: Policy, *, fabric: str, detection: str, su_ports: int,
-                    fabric_ports: int, timeouts: ActivityTimeouts | None = None) -> RunbookConfig:
+                    fabric_ports: int, timeouts: ActivityTimeouts | None = None,
+                    now_ms: int | None = None) -> RunbookConfig:
         from workflows.budget.models import fabric_limit, su_limit
 
         fh = policy.fabric_health
@@ -158,6 +163,7 @@ class RunbookConfig(_Model):
             su_limit=su_limit(fh.breaker.max_isolated_ports_per_su, su_ports),
             fabric_limit=fabric_limit(fh.breaker.fabric_fraction, fh.breaker.fabric_min_ports,
                                       fabric_ports),
+            limits_ts=time.time_ns() // 1_000_000 if now_ms is None else now_ms,
             timeouts=timeouts or ActivityTimeouts(),
             repeat_window_s=fh.runbook.repeat_window,
             repeat_next_rung_after=fh.runbook.repeat_next_rung_after,

@@ -31,7 +31,9 @@ finish the old way):
 * a step that cannot complete (rejected, retries exhausted) moves the runbook to
   ``needs_human``: the port's state read back, a page, the budget released only if the port
   is not isolated; approve retries the step, abort rolls back (and a rollback that fails
-  ends ``handed_to_human``, never a failed workflow);
+  ends ``handed_to_human``, never a failed workflow); since patch
+  ``retry-grant-within-limit``, a retried isolate whose slot was released asks the budget
+  again within the limit, and a full SU goes step 2's breaker way (no approve: aborted);
 * a cable returned to service ``repeatNextRungAfter`` times within ``repeatWindow`` starts at
   the rung after the one that last fixed it; ``repeatHumanAfter`` times and a human decides
   before anything is isolated;
@@ -97,6 +99,10 @@ PROBATION_PATCH = "probation"
 # Since this patch a budget refusal joins the SU's breaker incident (one page per SU, not
 # one per refused port), and a runbook that paged resolves its alert when it ends.
 INCIDENT_PATCH = "incident-alerts"
+# Since this patch a human's approve of a failed isolate asks the budget as it is now: the
+# SU may have filled while the port, read back in service, held no slot. A full SU goes the
+# breaker's way (breaker_open, its own approve to pass the limit) instead of a silent force.
+RETRY_GRANT_PATCH = "retry-grant-within-limit"
 
 # Retry policies, by what a failure means:
 # - ledger writes and budget calls: transient (ledger busy, server restarting); retry for
@@ -388,6 +394,13 @@ class PortRemediation:
         await self._record("approve", "done", actor=approval.actor,
                            note=f"retry {step}" + (f": {approval.note}" if approval.note else ""))
         if step == "isolate" and not self._granted and not self._dry:
+            if workflow.patched(RETRY_GRANT_PATCH):
+                # approve retries the step; it does not pass the limit (the page said so)
+                if not await self._acquire_budget():
+                    raise _Aborted(AbortRequest(
+                        actor="fabricwatch", reason="no budget for the retried isolate and no "
+                                                    "approval to pass the limit"))
+                return
             grant = await self._acquire(approval.actor)
             self._granted = True
             await self._record("budget", "done", actor=approval.actor,
@@ -533,7 +546,8 @@ class PortRemediation:
             BudgetActivities.acquire,
             AcquireInput(fabric=self._port.fabric, su=self._port.su, holder=wid,
                          port_key=self._port.key, su_limit=self._cfg.su_limit,
-                         fabric_limit=self._cfg.fabric_limit, ts=self._now_ms(),
+                         fabric_limit=self._cfg.fabric_limit, limits_ts=self._cfg.limits_ts,
+                         ts=self._now_ms(),
                          force_by=force_by, probe=self._dry),
             start_to_close_timeout=_s(self._cfg.timeouts.budget), retry_policy=FOREVER)
         return result

@@ -5,18 +5,21 @@ abort), continue-as-new."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 from pathlib import Path
 
 import pytest
 from temporalio.client import Client, WithStartWorkflowOperation
 from temporalio.common import WorkflowIDConflictPolicy
-from temporalio.testing import WorkflowEnvironment
+from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 from test_remediation import make_input, running_worker, start, until, wid
 from wf_helpers import FileFabric, TicketServer
 
 from schemas.events import Detection
+from workflows.budget.activities import BudgetActivities
 from workflows.budget.models import (
+    AcquireInput,
     BudgetInput,
     GrantRequest,
     ReleaseRequest,
@@ -76,6 +79,72 @@ async def test_grants_serialise_and_never_pass_the_limit(
                                                                 limit=3), task_queue)
         assert again.granted and again.already_held
         assert (await client.get_workflow_handle(bid).query(IsolationBudget.state)).in_use == 3
+
+
+async def test_the_most_recently_resolved_limit_wins_and_a_probe_changes_none(
+        wf_env: WorkflowEnvironment, tmp_path: Path, ticket_server: TicketServer,
+        task_queue: str) -> None:
+    # A runbook started before the policy was tightened carries the old, larger limit; its
+    # request must not put it back (before: the latest request's limit won, and the SU
+    # passed the new limit). Nor may a shadow-mode probe move the live limit.
+    client = wf_env.client
+    bid = f"budget/t/{uuid.uuid4().hex[:6]}"
+    start_in = BudgetInput(fabric="t", scope="su", su="su02", limit=1, limit_ts=2_000)
+    async with running_worker(client, task_queue, FileFabric(tmp_path), ticket_server):
+        def req(holder: str, limit: int, ts: int, probe: bool = False) -> GrantRequest:
+            return GrantRequest(holder=holder, port_key=f"{holder}:1", limit=limit,
+                                limit_ts=ts, probe=probe)
+        assert (await grant(client, bid, start_in, req("new", 1, 2_000), task_queue)).granted
+        stale = await grant(client, bid, start_in, req("stale", 5, 1_000), task_queue)
+        assert not stale.granted and stale.limit == 1
+        probe = await grant(client, bid, start_in, req("shadow", 9, 3_000, probe=True),
+                            task_queue)
+        assert probe.granted and probe.limit == 9
+        assert (await client.get_workflow_handle(bid).query(IsolationBudget.state)).limit == 1
+        newer = await grant(client, bid, start_in, req("newer", 2, 4_000), task_queue)
+        assert newer.granted and newer.limit == 2
+        state = await client.get_workflow_handle(bid).query(IsolationBudget.state)
+    assert state.in_use == 2 and sorted(h.holder for h in state.holders) == ["new", "newer"]
+
+
+async def test_a_late_compensation_of_a_timed_out_attempt_keeps_the_retrys_grant(
+        wf_env: WorkflowEnvironment, tmp_path: Path, ticket_server: TicketServer,
+        task_queue: str) -> None:
+    # Attempt 1 of ``budget_acquire`` takes the SU grant, the fabric refuses, and its
+    # compensating release is slow; attempt 2 (the retry after the timeout) finds the SU
+    # grant held, takes the fabric's, and the runbook isolates. Attempt 1's release, landing
+    # after, must leave the grant (before: it took it, and another port got the SU's slot).
+    client = wf_env.client
+    fabric = f"t{uuid.uuid4().hex[:6]}"
+    su_id, fab_id = su_budget_id(fabric, "su03"), fabric_budget_id(fabric)
+    su_start = BudgetInput(fabric=fabric, scope="su", su="su03", limit=1)
+    fab_start = BudgetInput(fabric=fabric, scope="fabric", limit=1)
+    acts = BudgetActivities(client, task_queue)
+    inp = AcquireInput(fabric=fabric, su="su03", holder="rb", port_key="leaf-su03-r1:1",
+                       su_limit=1, fabric_limit=1, ts=0)
+    async with running_worker(client, task_queue, FileFabric(tmp_path), ticket_server):
+        assert (await grant(client, fab_id, fab_start, GrantRequest(
+            holder="elsewhere", port_key="x:1", limit=1), task_queue)).granted
+        # attempt 1: the SU grants, the fabric refuses; its release is still on its way
+        assert (await grant(client, su_id, su_start, GrantRequest(
+            holder="rb", port_key="leaf-su03-r1:1", limit=1, attempt=1), task_queue)).granted
+        await client.get_workflow_handle(fab_id).execute_update(
+            IsolationBudget.release, ReleaseRequest(holder="elsewhere"))
+        env = ActivityEnvironment()
+        env.info = dataclasses.replace(env.info, attempt=2, task_queue=task_queue)
+        retry = await env.run(acts.acquire, inp)
+        assert retry.granted
+        late = await client.get_workflow_handle(su_id).execute_update(
+            IsolationBudget.release, ReleaseRequest(holder="rb", only_attempt=1))
+        assert not late.released
+        su = await client.get_workflow_handle(su_id).query(IsolationBudget.state)
+        other = await grant(client, su_id, su_start, GrantRequest(
+            holder="another", port_key="leaf-su03-r1:2", limit=1), task_queue)
+        # and attempt 2's own refusal would have released it
+        assert (await client.get_workflow_handle(su_id).execute_update(
+            IsolationBudget.release, ReleaseRequest(holder="rb", only_attempt=2))).released
+    assert [h.holder for h in su.holders] == ["rb"] and su.holders[0].attempt == 2
+    assert not other.granted
 
 
 def test_limits_follow_the_policy() -> None:

@@ -18,7 +18,7 @@ from wf_helpers import FileFabric, TicketServer
 
 from schemas.events import Action, Detection, DetectionKind, Severity, Topology, TopologyLink
 from schemas.policy import Policy
-from workflows.budget.models import fabric_budget_id, su_budget_id
+from workflows.budget.models import GrantRequest, fabric_budget_id, su_budget_id
 from workflows.budget.workflows import IsolationBudget
 from workflows.dispatch import Dispatcher
 from workflows.inventory import Inventory
@@ -223,6 +223,38 @@ async def test_rejected_isolate_needs_a_human_and_releases_the_budget(
         result = await asyncio.wait_for(h.result(), 60)
         assert await budgets(client, fabric) == (0, 0)
     assert result.outcome == "aborted" and not fab.is_isolated(*LEAF)
+
+
+async def test_an_approved_retry_of_the_isolate_does_not_pass_a_full_su(
+        wf_env: WorkflowEnvironment, tmp_path: Path, ticket_server: TicketServer,
+        task_queue: str) -> None:
+    # The isolate is rejected, the port reads back in service, its slot is released; while a
+    # human looks, another port takes the SU's only slot. The human's approve retries the
+    # isolate (what the page says), it does not pass the limit: the budget refuses, the
+    # breaker opens and waits for its own approve. (Before: a grant forced past the limit.)
+    client = wf_env.client
+    fabric = f"c{uuid.uuid4().hex[:8]}"
+    fab = FileFabric(tmp_path)
+    fab.fail(isolate="reject")
+    disp = dispatcher(client, fabric, task_queue)
+    async with running_worker(client, task_queue, fab, ticket_server):
+        await disp.handle(detection(fabric, LEAF))
+        h = await wait_started(client, cable_id(fabric))
+        await until(h, lambda s: s.state == "needs_human")
+        assert await budgets(client, fabric) == (0, 0)
+        su = client.get_workflow_handle(su_budget_id(fabric, "su01"))
+        taken = await su.execute_update(IsolationBudget.grant, GrantRequest(
+            holder="another-runbook", port_key="leaf-su01-r1:5", limit=-1))
+        assert taken.granted and taken.limit == 1
+        fab.fail()
+        await h.signal(PortRemediation.approve, Approval(actor="lead"))
+        st = await until(h, lambda s: s.state == "awaiting_approval")
+        assert not st.isolated and not fab.is_isolated(*LEAF)
+        assert await budgets(client, fabric) == (1, 0)  # the other port's slot only
+        await h.signal(PortRemediation.abort, AbortRequest(actor="lead"))
+        result = await asyncio.wait_for(h.result(), 60)
+    assert result.outcome == "aborted" and fab.calls("isolate") == []
+    assert [r.outcome for r in result.history if r.step == "budget"][-1] == "refused"
 
 
 async def test_exhausted_retries_need_a_human(wf_env: WorkflowEnvironment, tmp_path: Path,
