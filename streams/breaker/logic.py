@@ -4,14 +4,16 @@ The runbook's ``IsolationBudget`` workflow enforces the budget; this keeps the s
 from the streams so that ``breaker_open`` is a detection operators see and the ledger keeps.
 
 * A port counts as *isolated* from an ``ActionRecord`` with ``step == "isolate"`` and outcome
-  ``done`` (or ``dry_run`` in shadow mode) until one with ``step == "return"`` (or
-  ``unisolate``) and outcome ``done``/``dry_run``.
+  ``done`` (or ``dry_run`` in shadow mode, or ``skipped``: found isolated already, which the
+  runbook's budget counts too) until one with ``step == "return"`` (or ``unisolate``) and
+  outcome ``done``/``dry_run``.
 * A detection whose action is ``isolate_port`` for a port not yet counted is a *request*.
   The SU's budget is ``max(1, floor(maxIsolatedPortsPerSU * ports in the SU))``. A request
   that would take the SU past it fires ``breaker_open`` for that port, once per breaker
   episode of the port; the SU's breaker episode ends when its isolated count falls below
-  the budget again. Requests within the budget are counted as pending for
-  ``pending_ttl_ms`` (default 1 h) so a burst of detections cannot slip past together.
+  the budget again (an isolation returned, or a pending request expired). Requests within
+  the budget are counted as pending for ``pending_ttl_ms`` (default 1 h) so a burst of
+  detections cannot slip past together.
 * Order: the budget is first come, first served across the SU's ports, so which port's
   request gets ``breaker_open`` depends on the order requests arrive in. Live, that is the
   order the agents' outputs interleave; in ``replay``, file order. The number of refusals
@@ -79,8 +81,13 @@ def step(state: dict[str, Any] | None, event: Detection | ActionRecord, policy: 
     key = f"{event.device}:{event.port}"
     limit = budget(policy, ports_in_su)
     st["pending"] = {k: t for k, t in st["pending"].items() if t > event.ts - pending_ttl_ms}
+    # an expired request can bring the SU under its budget: that ends the breaker episode
+    # (a port refused in it asks afresh), whatever the event
+    _maybe_close(st, limit)
     if isinstance(event, ActionRecord):
-        if event.outcome in ("done", "dry_run"):
+        if event.outcome in ("done", "dry_run") or (event.step, event.outcome) == ("isolate",
+                                                                                   "skipped"):
+            # "isolate skipped": found isolated already, and the runbook counts it
             if event.step == "isolate":
                 st["isolated"][key] = event.ts
                 st["pending"].pop(key, None)

@@ -148,3 +148,31 @@ def test_the_plan_s_su_size_comes_first() -> None:
     engine.feed(_topology("lab", 2, 19))  # type: ignore[arg-type]
     assert engine.ports_in_su("lab", "su01") == 1000
     assert engine.ports_in_su("lab", "su02") == 256
+
+
+def test_a_port_found_isolated_counts_against_the_budget() -> None:
+    # "isolate skipped": the runbook found the port isolated already and counts it; so does
+    # the breaker, after the request's pending hour (before: 0 of 1, and no breaker_open)
+    policy = Policy.from_yaml("fabricHealth: {breaker: {maxIsolatedPortsPerSU: 1%}}")
+    skipped = act(1, "isolate").model_copy(update={"outcome": "skipped"})
+    state = None
+    for ev in [det(1), skipped]:
+        state, _ = step(state, ev, policy, su="su01", ports_in_su=100)  # type: ignore[arg-type]
+    state, out = step(state, det(2, 2 * 3_600_000), policy, su="su01",  # type: ignore[arg-type]
+                      ports_in_su=100)
+    assert [(d.detection.value, d.port) for d in out] == [("breaker_open", 2)]
+
+
+def test_a_breaker_episode_ends_when_a_pending_request_expires() -> None:
+    # budget 1: port 1's request is pending, port 2 is refused (episode 1); port 1 is never
+    # isolated and its request expires after an hour. The SU is under its budget again, so
+    # the episode ends: port 3 takes the slot, and port 2 refused again is a new episode's
+    # breaker_open (before: the episode never ended, and port 2 was never paged again)
+    policy = Policy.from_yaml("fabricHealth: {breaker: {maxIsolatedPortsPerSU: 1%}}")
+    hour = 3_600_000
+    state, fired = None, []
+    for ev in [det(1), det(2, 1), det(3, hour + 10), det(2, hour + 20)]:
+        state, out = step(state, ev, policy, su="su01", ports_in_su=100)  # type: ignore[arg-type]
+        fired += out
+    assert [d.port for d in fired] == [2, 2]
+    assert fired[0].episode != fired[1].episode
