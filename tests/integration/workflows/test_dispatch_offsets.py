@@ -9,9 +9,13 @@ lets real time pass instead."""
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,11 +31,13 @@ from schemas import encode
 from schemas.events import Action, Topology, TopologyLink
 from schemas.policy import Policy
 from schemas.topics import DETECTIONS
-from workflows.dispatch import Dispatcher, _LookbackForNewGroup, run_dispatcher
+from workflows import dispatch
+from workflows.dispatch import Dispatcher, _LookbackForNewGroup, consume_committed, run_dispatcher
 from workflows.inventory import Inventory
 from workflows.remediation.models import cable_workflow_id
 
 pytestmark = pytest.mark.integration
+REPO = Path(__file__).resolve().parents[3]
 
 
 async def exists(client: Client, wf_id: str) -> bool:
@@ -279,3 +285,84 @@ async def test_a_placement_that_fails_hands_nothing_over(kafka_bootstrap: str) -
     assert isinstance(lookback.failed, KafkaTimeoutError)
     assert paused == {0}
     assert handed == []
+
+
+async def test_consume_committed_raises_when_a_new_group_cannot_be_placed(
+        kafka_bootstrap: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The consumer itself, not only its listener: paused partitions would otherwise leave it
+    # polling nothing for ever. Nothing is handed over and nothing committed, so the group
+    # is still new when the worker's restart places it again.
+    topic = await _new_topic(kafka_bootstrap, 1)
+    producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all")
+    await producer.start()
+    try:
+        await producer.send_and_wait(topic, b"inside the look-back", partition=0)
+    finally:
+        await producer.stop()
+    monkeypatch.setattr(dispatch, "_LookbackForNewGroup",
+                        lambda consumer, ms: _LookbackForNewGroup(_CannotPlace(consumer), ms))
+    handed: list[bytes] = []
+
+    async def handle(raw: bytes, received_ms: int | None) -> None:
+        handed.append(raw)
+
+    with pytest.raises(RuntimeError, match="could not be placed") as raised:
+        await asyncio.wait_for(consume_committed(
+            topic, kafka_bootstrap, f"g-{topic}", handle, stop=asyncio.Event(),
+            lookback_ms=60_000, max_records=10, what="a test record"), 30)
+    assert isinstance(raised.value.__cause__, KafkaTimeoutError)
+    assert handed == []
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+    await admin.start()
+    try:
+        assert await admin.list_consumer_group_offsets(f"g-{topic}") == {}
+    finally:
+        await admin.close()
+
+
+# The runbook worker as operators start it, except that its detections group cannot be
+# placed (the broker took the join and answers no offset question).
+_UNPLACEABLE = f"""
+import workflows.dispatch as d
+from aiokafka.errors import KafkaTimeoutError
+
+class Unplaceable(d._LookbackForNewGroup):
+    async def _place(self, partitions):
+        if any(tp.topic == {DETECTIONS.name!r} for tp in partitions):
+            raise KafkaTimeoutError("no answer")
+        await super()._place(partitions)
+
+d._LookbackForNewGroup = Unplaceable
+from fabricwatch.cli import main
+main()
+"""
+
+
+def _exit_code(argv: list[str], env: dict[str, str], log: Path, within: float) -> int | None:
+    """The process's exit code, None (and killed) if it still runs after ``within``."""
+    with log.open("wb") as out:
+        proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            return proc.wait(within)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            return None
+
+
+async def test_the_runbook_worker_exits_when_its_detections_cannot_be_placed(
+        wf_env: WorkflowEnvironment, kafka_bootstrap: str, tmp_path: Path) -> None:
+    # Fail closed ends the process (non-zero, so its supervisor restarts it and the restart
+    # places again); a worker that kept serving would start no runbook for any detection.
+    fabric = f"unp{uuid.uuid4().hex[:6]}"
+    env = {**os.environ, "FABRICWATCH_STATE_DIR": str(tmp_path / "state"),
+           "FABRICWATCH_FABRIC": fabric,
+           "FABRICWATCH_TEMPORAL__ADDRESS": wf_env.client.service_client.config.target_host,
+           "FABRICWATCH_TEMPORAL__TASK_QUEUE": f"q-{fabric}",
+           "FABRICWATCH_KAFKA__BOOTSTRAP": kafka_bootstrap}
+    log = tmp_path / "worker.log"
+    code = await asyncio.to_thread(
+        _exit_code, [sys.executable, "-c", _UNPLACEABLE, "runbook-worker"], env, log, 90)
+    out = log.read_text(errors="replace")
+    assert code not in (None, 0), f"exit code {code}:\n{out[-3000:]}"
+    assert f"{DETECTIONS.name}: a new assignment could not be placed" in out, out[-3000:]
