@@ -107,7 +107,7 @@ test: $(INSTALLED) $(JARS) lab-deps browser-deps
 
 ## demo: the main job
 demo: setup
-	$(BIN)/fabricwatch demo
+	$(BIN)/fabricwatch demo --fresh
 
 stack-up: setup
 	$(BIN)/fabricwatch stack up

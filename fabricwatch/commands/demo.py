@@ -13,7 +13,10 @@ from runtime.settings import load_settings
 @click.command("demo")
 @click.option("--preset", default="10k-gpu", show_default=True,
               help="Simulated fabric: lab, su, 10k-gpu, 100k-port.")
-@click.option("--fresh", is_flag=True, help="Wipe the state folder first (else resume).")
+@click.option("--fresh", is_flag=True,
+              help="Wipe the state folder first (make demo does). Else resume: the detectors "
+                   "remember the faults they reported, so the every-fault check is for a "
+                   "fresh run.")
 @click.option("--short", is_flag=True,
               help="Faults sooner and a 2 s sampling interval (what the end-to-end test runs).")
 @click.option("--timeout", "timeout_s", type=float, default=1800.0, show_default=True,
@@ -50,7 +53,8 @@ def demo_command(preset: str, fresh: bool, short: bool, timeout_s: float, clean_
         console.print(f"[red]demo failed:[/] {exc}")
         raise SystemExit(1) from None
     except KeyboardInterrupt:
-        console.print("stopped; run again to resume, or with --fresh to start over")
+        console.print("stopped; --fresh (what make demo runs) starts over; without it the "
+                      "last state resumes, and faults already reported are not again")
         raise SystemExit(130) from None
     for label, ids in result.detected.items():
         mark = "[green]✓[/]" if ids else "[red]✗[/]"
