@@ -51,6 +51,8 @@ def test_histories_exist() -> None:
     assert {"probation_slow_then_pass", "probation_soak_reflap_abort"} <= names
     # recorded with the incident-alerts patch (tests/histories/record_incidents.py)
     assert {"cable_breaker_joins_incident", "incident_stream", "incident_breaker"} <= names
+    # recorded with retry-grant-within-limit (tests/histories/record_retry_grant.py)
+    assert "cable_retry_within_limit" in names
 
 
 def _patches(path: Path) -> set[str]:
@@ -86,6 +88,16 @@ def test_the_breaker_history_took_the_incident_patch() -> None:
                                                                         INCIDENT_PATCH}
     # the earlier cable histories replay without it (runbooks running at the upgrade)
     assert INCIDENT_PATCH not in _patches(HISTORIES / "cable_needs_human.json")
+
+
+def test_the_retried_isolate_history_took_the_retry_grant_patch() -> None:
+    from workflows.remediation.workflows import RETRY_GRANT_PATCH
+
+    # an approve of a refused isolate, with the SU full by then: the new branch (asked
+    # within the limit, refused, the breaker's way); the needs_human history before it
+    # took the old one (a forced grant) and replays so
+    assert RETRY_GRANT_PATCH in _patches(HISTORIES / "cable_retry_within_limit.json")
+    assert RETRY_GRANT_PATCH not in _patches(HISTORIES / "cable_needs_human.json")
 
 
 @pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
