@@ -25,11 +25,17 @@ Causes recognised (``schemas.policy.Incidents`` holds every threshold):
   detector's ``sm_failover`` and ``sweep_storm`` (``streams.sm``, from ``fabric.sm``) open
   one too, or join the SM's open one: the ports whose traps forced the sweeps are its
   members (not excused: a flapping port causes the storm), and the SM's downs that follow
-  join it as above. Such an incident closes ``settle`` after its last change.
+  join it as above. Such an incident closes ``settle`` after its last change. Downs a switch
+  or node reboot explains are not counted for it: links of an open switch or node incident,
+  and links of a host with ``node_min_rails`` of its rails in the burst (several nodes
+  rebooting together are their node incidents, not an SM event besides).
 
 "Within ``spread``" is in event time, whatever order the downs arrive in: the downs counted
 are those of the fullest span of ``spread`` that holds the newest arrival (``_burst``), never
-a down hours ahead that is still remembered.
+a down hours ahead that is still remembered. A root's downs are remembered until none of
+them can still arrive (``spread`` plus ``stream.allowedLateness`` behind the newest down
+read), so another root's newer downs read in between do not wipe a partial count. A down of
+a closed incident's link inside its time (read again after a restart) opens nothing.
 
 An incident is published when it opens, when its members change and when it closes; its
 members are the port keys of both ends of every link of the root that went down while it
@@ -276,7 +282,13 @@ def _port_event(st: dict[str, Any], idx: dict[str, Any], ev: PortEvent, policy: 
         _back_up(st, ev, round(cfg.self_grace * 1000), out)
     if ev.state != "down" or (ev.phys_state or "").lower() == DISABLED:
         return  # an up only ends a down; a port disabled on purpose is no reboot
+    if _closed_member_down(st, ends, ev.ts):
+        return  # a down of an incident already closed, read again (a restart's redelivery)
     spread = round(cfg.spread * 1000)
+    # A burst's downs are kept until no down of it can still arrive (the lateness), not
+    # only for the spread: another root's newer down, read in between, must not wipe the
+    # partial count of one still arriving (a reboot missed, its downs judged as flaps).
+    horizon = ev.ts - spread - round(policy.fabric_health.stream.allowed_lateness * 1000)
     for kind, root in _roots(ends):
         held = next((inc for inc in st["open"].values() if inc["root"] == root), None)
         if held is not None:
@@ -285,21 +297,28 @@ def _port_event(st: dict[str, Any], idx: dict[str, Any], ev: PortEvent, policy: 
                 _grow(st, held, ends, ev, out)
             continue
         burst = _burst(st["recent"].setdefault(f"{kind}:{root}", {}), link, ends, ev.ts,
-                       spread)
+                       spread, horizon)
         if _enough(kind, root, len(burst), idx, policy):
             _open(st, idx, kind, root, burst, ev, su_of, out)
             del st["recent"][f"{kind}:{root}"]
     if ev.source in SM_SOURCES:
-        _sm_down(st, idx, link, ends, ev, policy, su_of, out)
-    # what can no longer join anything within the spread
+        _sm_down(st, idx, link, ends, ev, policy, su_of, out, horizon)
+    # what can no longer join anything, even arriving late
     for rkey in [k for k, v in st["recent"].items()
-                 if all(ts < ev.ts - spread for ts, _ in v.values())]:
+                 if all(ts < horizon for ts, _ in v.values())]:
         del st["recent"][rkey]
+
+
+def _closed_member_down(st: dict[str, Any], ends: list[str], ts: int) -> bool:
+    """A down of a link that a closed incident holds, inside its time: that incident's own
+    down, read again after a restart (or arriving after the close). It opens nothing."""
+    return any(c["started"] <= ts <= c.get("ended", c["started"])
+               and all(k in c["members"] for k in ends) for c in st["closed"].values())
 
 
 def _sm_down(st: dict[str, Any], idx: dict[str, Any], link: str, ends: list[str],
              ev: PortEvent, policy: Policy, su_of: Callable[[str], str | None],
-             out: Outputs) -> None:
+             out: Outputs, horizon: int) -> None:
     """A down the SM reported: one more link of an open SM event, or maybe the start of one."""
     cfg = policy.fabric_health.incidents
     held = next((inc for inc in st["open"].values()
@@ -312,8 +331,8 @@ def _sm_down(st: dict[str, Any], idx: dict[str, Any], link: str, ends: list[str]
             held["links"][link] = [True, ev.ts]
             _grow(st, held, ends, ev, out)
         return
-    burst = _burst(st.setdefault("sm_recent", {}), link, ends, ev.ts,
-                   round(cfg.spread * 1000))
+    burst = _unexplained(st, _burst(st.setdefault("sm_recent", {}), link, ends, ev.ts,
+                                    round(cfg.spread * 1000), horizon), policy)
     if len(burst) < cfg.sm_min_links:
         return
     devices: dict[str, int] = {}
@@ -368,21 +387,42 @@ def _sm_detection(st: dict[str, Any], det: Detection, su_of: Callable[[str], str
     return det.model_copy(update={"incident": iid})
 
 
-def _burst(recent: dict[str, Any], link: str, ends: list[str], ts: int, spread: int
-           ) -> dict[str, Any]:
-    """Note ``link``'s down at ``ts`` in ``recent`` (link -> [down ts, ends]), forget the
-    downs more than ``spread`` before it, and return the links in the fullest span of
-    ``spread`` that holds ``ts``: the downs that happened together with this one.
+def _unexplained(st: dict[str, Any], burst: dict[str, Any], policy: Policy
+                 ) -> dict[str, Any]:
+    """The SM's downs that no switch or node reboot explains: not links of an open switch or
+    node incident, and not links of a host with ``node_min_rails`` or more of its rails in
+    the burst (its reboot, being counted or opened by another down). Several nodes rebooting
+    together are their node incidents, not an SM event besides (a real SM storm touches one
+    link of a host, so it keeps all of its downs)."""
+    cfg = policy.fabric_health.incidents
+    taken = {lid for inc in st["open"].values() if inc["cause"] != IncidentCause.SM_EVENT.value
+             for lid in inc["links"]}
+    rails: dict[str, int] = {}
+    for _, keys in burst.values():
+        for host in {host_of(_device_of(k)) for k in keys} - {None}:
+            rails[str(host)] = rails.get(str(host), 0) + 1
+    rebooting = {h for h, n in rails.items() if n >= cfg.node_min_rails}
+    return {lid: v for lid, v in burst.items() if lid not in taken
+            and not any(host_of(_device_of(k)) in rebooting for k in v[1])}
+
+
+def _burst(recent: dict[str, Any], link: str, ends: list[str], ts: int, spread: int,
+           horizon: int) -> dict[str, Any]:
+    """Note ``link``'s down at ``ts`` in ``recent`` (link -> [down ts, ends], its newest),
+    forget the downs before ``horizon`` (no down that far back can still arrive), and return
+    the links in the fullest span of ``spread`` that holds ``ts``: the downs that happened
+    together with this one.
 
     The correlator's input interleaves partitions and sources, so a down can arrive after
     later ones, and ``recent`` may hold a down far ahead in event time (a replayed backlog,
     another tool's clock) that no older down prunes; counted with this one it would make a
     storm of downs hours apart. Arriving in order, every down of ``recent`` is within
     ``spread`` before ``ts`` (older ones are pruned): the span is all of them."""
-    recent[link] = [ts, ends]
-    for lid in [lid for lid, (t, _) in recent.items() if t < ts - spread]:
+    if link not in recent or ts > recent[link][0]:
+        recent[link] = [ts, ends]
+    for lid in [lid for lid, (t, _) in recent.items() if t < horizon]:
         del recent[lid]
-    near = sorted((t, lid) for lid, (t, _) in recent.items() if t <= ts + spread)
+    near = sorted((t, lid) for lid, (t, _) in recent.items() if ts - spread <= t <= ts + spread)
     times = [t for t, _ in near]
     best = (0, 0)
     for i, start in enumerate(times):  # spans [start, start + spread] that hold ts
@@ -425,6 +465,8 @@ def _open(st: dict[str, Any], idx: dict[str, Any], kind: str, root: str,
            "root": root, "fabric": ev.fabric, "su": su_of(root), "started": started,
            "last_change": ev.ts, "links": {lid: [True, ts] for lid, (ts, _) in recent.items()},
            "members": members, "rev": 0, "evidence": evidence}
+    if inc["incident"] in st["closed"]:
+        return  # opened and closed already: its downs read again never open it twice
     st["open"][inc["incident"]] = inc
     out.incidents.append(_message(inc, "open", ev.ts))
     out.excuses += _excuses(inc, members, ev.ts)

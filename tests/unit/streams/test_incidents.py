@@ -493,3 +493,61 @@ def test_downs_hours_apart_are_not_one_storm_whatever_order_they_arrive_in() -> 
     assert [(i.cause.value, i.state) for i in incs][:1] == [("sm_event", "open")]
     assert incs[0].started == BASE + 10 * S  # the burst's first down, not the later ones
     assert len(incs[0].members) == 16
+
+
+def _fed(engine: Engine, events: list[PortEvent]) -> tuple[list[Detection], list[Incident]]:
+    """Events through the engine in the order given (arrival order, not event time)."""
+    dets: list[Detection] = []
+    incs: list[Incident] = []
+    for ev in events:
+        for item in engine.feed_all(ev):
+            (dets if isinstance(item, Detection) else incs).append(item)  # type: ignore[arg-type]
+    return dets, incs
+
+
+def test_a_reboot_whose_downs_arrive_among_newer_ones_is_still_one_incident() -> None:
+    # spine-1's eight links go down within 1.4 s; its peers' reports arrive three, then two
+    # unrelated downs 7-8 s newer, then the rest (another partition, another hop). Before,
+    # each newer down wiped the partial count (older than it by more than the spread): no
+    # incident, and the links that bounced while the spine settled were flaps to isolate.
+    reboot = spine_reboot(0)
+    downs = [e for e in reboot if e.state == "down" and e.ts < BASE + 10 * S]
+    rest = [e for e in reboot if e not in downs]
+    other = [down("leaf-su01-r2", 3, 7 * S), down("leaf-su01-r3", 3, 8 * S)]
+    engine = Engine(Policy())
+    engine.feed_all(topology())
+    dets, incs = _fed(engine, [*downs[:3], other[0], *downs[3:6], other[1], *downs[6:], *rest])
+    assert {(i.cause.value, i.root) for i in incs} == {("switch_reboot", "spine-1")}
+    assert len(incs[-1].members) == 16
+    assert not [d for d in dets if d.detection.value == "flap"]
+
+
+def test_nodes_rebooting_together_are_their_node_incidents_and_no_sm_event() -> None:
+    # three hosts of eight rails each reboot together (their leaves report through the SM,
+    # rails interleaved, 100 ms apart): three node incidents. Before, the SM's 24 downs of
+    # 11 devices also opened an SM event: four pages for three reboots.
+    links = [TopologyLink(a_device=f"node5{n}/mlx5_{r}", a_port=1, b_device=f"leaf-su05-r{r}",
+                          b_port=n, width="4X", speed="NDR") for n in range(3) for r in range(8)]
+    engine = Engine(Policy())
+    engine.feed_all(Topology(id="t5", ts=BASE, fabric=FABRIC, source="ibnetdiscover",
+                             links=links))
+    downs = [down(f"leaf-su05-r{r}", n, (3 * r + n) * 100) for r in range(8) for n in range(3)]
+    _, incs = _fed(engine, downs)
+    assert sorted({(i.cause.value, i.root) for i in incs}) == [
+        ("node_reboot", "node50"), ("node_reboot", "node51"), ("node_reboot", "node52")]
+
+
+def test_a_closed_incidents_downs_read_again_open_nothing() -> None:
+    # A worker killed after a reboot's incident closed reads the downs again from its last
+    # commit, more than the 32 ids it remembers back. They are that incident's, in its
+    # time: before, they opened it again (a second open of the same id, a second page).
+    engine = Engine(Policy())
+    engine.feed_all(topology())
+    reboot = spine_reboot(0)
+    _, first = _fed(engine, reboot)
+    quiet = [down("leaf-su01-r8", 1, t, "up") for t in range(140 * S, 400 * S, 5 * S)]
+    _, closing = _fed(engine, quiet)
+    assert [i.state for i in closing] == ["closed"]
+    _, again = _fed(engine, reboot)
+    assert again == []
+    assert len({i.incident for i in [*first, *closing]}) == 1
