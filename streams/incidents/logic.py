@@ -35,7 +35,10 @@ are those of the fullest span of ``spread`` that holds the newest arrival (``_bu
 a down hours ahead that is still remembered. A root's downs are remembered until none of
 them can still arrive (``spread`` plus ``stream.allowedLateness`` behind the newest down
 read), so another root's newer downs read in between do not wipe a partial count. A down of
-a closed incident's link inside its time (read again after a restart) opens nothing.
+a closed incident's link inside its time (read again after a restart) opens nothing. A down
+read after the incident opened, from within ``spread`` before its start, moves the start
+back (the id stays) and every member's excuse with it; a down read after its link's up
+(kept as long as a down can still be late) joins as a link already back.
 
 An incident is published when it opens, when its members change and when it closes; its
 members are the port keys of both ends of every link of the root that went down while it
@@ -278,23 +281,29 @@ def _port_event(st: dict[str, Any], idx: dict[str, Any], ev: PortEvent, policy: 
             if ev.ts >= state[1]:
                 inc["links"][link] = [ev.state == "down", ev.ts]
             inc["last_change"] = max(inc["last_change"], ev.ts)
-    if ev.state == "up":
-        _back_up(st, ev, round(cfg.self_grace * 1000), out)
-    if ev.state != "down" or (ev.phys_state or "").lower() == DISABLED:
-        return  # an up only ends a down; a port disabled on purpose is no reboot
-    if _closed_member_down(st, ends, ev.ts):
-        return  # a down of an incident already closed, read again (a restart's redelivery)
     spread = round(cfg.spread * 1000)
     # A burst's downs are kept until no down of it can still arrive (the lateness), not
     # only for the spread: another root's newer down, read in between, must not wipe the
     # partial count of one still arriving (a reboot missed, its downs judged as flaps).
     horizon = ev.ts - spread - round(policy.fabric_health.stream.allowed_lateness * 1000)
+    if ev.state == "up":
+        _back_up(st, ev, round(cfg.self_grace * 1000), out)
+        _note_up(st, link, ev.ts, horizon)
+    if ev.state != "down" or (ev.phys_state or "").lower() == DISABLED:
+        return  # an up only ends a down; a port disabled on purpose is no reboot
+    if _closed_member_down(st, ends, ev.ts):
+        return  # a down of an incident already closed, read again (a restart's redelivery)
     for kind, root in _roots(ends):
         held = next((inc for inc in st["open"].values() if inc["root"] == root), None)
         if held is not None:
             if link not in held["links"]:  # one more link of the root: a new member
-                held["links"][link] = [True, ev.ts]
+                held["links"][link] = _link_state(st, link, ev.ts)
+                held["last_change"] = max(held["last_change"], held["links"][link][1])
+                if held["started"] - spread <= ev.ts < held["started"]:
+                    _started_earlier(held, ev, out)
                 _grow(st, held, ends, ev, out)
+            elif held["started"] - spread <= ev.ts < held["started"]:
+                _started_earlier(held, ev, out)
             continue
         burst = _burst(st["recent"].setdefault(f"{kind}:{root}", {}), link, ends, ev.ts,
                        spread, horizon)
@@ -307,6 +316,32 @@ def _port_event(st: dict[str, Any], idx: dict[str, Any], ev: PortEvent, policy: 
     for rkey in [k for k, v in st["recent"].items()
                  if all(ts < horizon for ts, _ in v.values())]:
         del st["recent"][rkey]
+
+
+def _note_up(st: dict[str, Any], link: str, ts: int, horizon: int) -> None:
+    """A link's newest up, kept while a down from before it can still arrive: a reboot's
+    down reported after the link's up (another partition, a late trap) must join its
+    incident as a link already back, not one down until ``max_open``."""
+    ups = st.setdefault("ups", {})
+    ups[link] = max(ts, ups.get(link, ts))
+    for lid in [lid for lid, t in ups.items() if t < horizon]:
+        del ups[lid]
+
+
+def _link_state(st: dict[str, Any], link: str, down_ts: int) -> list[Any]:
+    """[down?, ts] of a link joining an incident with its down at ``down_ts``."""
+    up = st.get("ups", {}).get(link)
+    return [False, up] if up is not None and up > down_ts else [True, down_ts]
+
+
+def _started_earlier(inc: dict[str, Any], ev: PortEvent, out: Outputs) -> None:
+    """A down of the reboot from before the incident opened arrived late: the incident (the
+    same id, named when it opened) starts then, and every member's excuse starts there too,
+    or that down would count toward a flap of its link."""
+    inc["started"] = ev.ts
+    inc["rev"] += 1
+    out.incidents.append(_message(inc, "update", ev.ts))
+    out.excuses += _excuses(inc, inc["members"], ev.ts)
 
 
 def _closed_member_down(st: dict[str, Any], ends: list[str], ts: int) -> bool:
@@ -461,9 +496,10 @@ def _open(st: dict[str, Any], idx: dict[str, Any], kind: str, root: str,
         evidence.update(looks_like=cause.value, window=window)
         cause = IncidentCause.MAINTENANCE
     members = sorted({key for _, ends in recent.values() for key in ends})
+    links = {lid: _link_state(st, lid, ts) for lid, (ts, _) in recent.items()}
     inc = {"incident": f"inc/{cause.value}/{root}/{started}", "cause": cause.value,
            "root": root, "fabric": ev.fabric, "su": su_of(root), "started": started,
-           "last_change": ev.ts, "links": {lid: [True, ts] for lid, (ts, _) in recent.items()},
+           "last_change": max([ev.ts, *(t for _, t in links.values())]), "links": links,
            "members": members, "rev": 0, "evidence": evidence}
     if inc["incident"] in st["closed"]:
         return  # opened and closed already: its downs read again never open it twice

@@ -551,3 +551,42 @@ def test_a_closed_incidents_downs_read_again_open_nothing() -> None:
     _, again = _fed(engine, reboot)
     assert again == []
     assert len({i.incident for i in [*first, *closing]}) == 1
+
+
+def test_a_reboots_first_down_arriving_after_the_open_is_excused_too() -> None:
+    # The incident opens at its fourth down; the reboot's first down (leaf-su01-r1:33 at
+    # 0.2 s) arrives after, 1.2 s late. The incident keeps its id and starts at that down,
+    # so its excuse covers it: two bounces of that link later are two downs, not a flap.
+    # (Before: the excuse began at the open's first down, and they made three.)
+    reboot = spine_reboot(0)
+    downs = [e for e in reboot if e.state == "down" and e.ts < BASE + 10 * S]
+    rest = [e for e in reboot if e not in downs]
+    quiet = [down("leaf-su01-r8", 1, t, "up") for t in range(140 * S, 400 * S, 5 * S)]
+    later = [down("leaf-su01-r1", 33, 300 * S), down("leaf-su01-r1", 33, 302 * S, "up"),
+             down("leaf-su01-r1", 33, 600 * S), down("leaf-su01-r1", 33, 602 * S, "up")]
+    engine = Engine(Policy())
+    engine.feed_all(topology())
+    dets, incs = _fed(engine, [*downs[1:5], downs[0], *downs[5:], *rest, *quiet, *later])
+    assert len({i.incident for i in incs}) == 1
+    assert incs[0].incident.endswith(f"/{BASE + 400}") and incs[-1].started == BASE + 200
+    assert not [d for d in dets if d.detection.value == "flap"]
+
+
+def test_a_down_reported_after_its_links_up_does_not_hold_the_incident_open() -> None:
+    # leaf-su01-r4:33 came back first, at 45 s; its down (0.8 s) is read after that up, 44 s
+    # late (within the lateness). It joins as a link already back: the incident closes once
+    # the rest has settled, not after max_open (an hour) with a link "still down" that has
+    # been up all along.
+    reboot = [e for e in spine_reboot(0) if e.ts < BASE + 110 * S]  # no bounces
+    late = next(e for e in reboot if e.key == "leaf-su01-r4:33" and e.state == "down")
+    early_up = down("leaf-su01-r4", 33, 45 * S, "up")
+    others = [e for e in reboot if e.key != late.key]
+    quiet = [down("leaf-su01-r8", 1, t, "up") for t in range(110 * S, 400 * S, 5 * S)]
+    engine = Engine(Policy())
+    engine.feed_all(topology())
+    _, incs = _fed(engine, [*[e for e in others if e.state == "down"], early_up, late,
+                            *[e for e in others if e.state == "up"], *quiet])
+    closed = [i for i in incs if i.state == "closed"]
+    assert len(closed) == 1 and "still_down" not in closed[0].evidence
+    assert closed[0].ts < BASE + 400 * S
+    assert "leaf-su01-r4:33" in closed[0].members
