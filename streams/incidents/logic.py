@@ -393,15 +393,20 @@ def _sm_detection(st: dict[str, Any], det: Detection, su_of: Callable[[str], str
                  and inc["fabric"] == det.fabric), None)
     if held is not None:
         held["last_change"] = max(held["last_change"], det.ts)
-        kinds = held["evidence"].setdefault("detections", [])
-        if det.id not in kinds:
-            kinds.append(det.id)
+        kinds = list(held["evidence"].get("detections", []))
         new = sorted(set(ports) - set(held["members"]))
+        causes = sorted({*_causes(held), *ports})
+        if det.id in kinds and not new and causes == _causes(held):
+            # the same detection again (a redelivery): nothing changed, nothing to publish
+            return det.model_copy(update={"incident": held["incident"]})
+        if det.id not in kinds:
+            # a new list: the one an earlier message was published with stays as it was
+            held["evidence"] = {**held["evidence"], "detections": [*kinds, det.id]}
         if new:
             held["members"] = sorted({*held["members"], *new})
         # the trigger ports are causes whichever opened the incident (the SM's downs
         # first, as is common, or this detection)
-        held["causes"] = sorted({*_causes(held), *ports})
+        held["causes"] = causes
         held["rev"] += 1
         out.incidents.append(_message(held, "update", det.ts))
         return det.model_copy(update={"incident": held["incident"]})

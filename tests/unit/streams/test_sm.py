@@ -197,3 +197,25 @@ def test_a_standby_named_by_lid_that_became_master_is_not_lost() -> None:
                 sm("state", T0 + 5000, sm="0xbb", state="master"),
                 sm("standby", T0 + 6000, sm="lid:5", sms=["lid:9"])])
     assert [(d.detection, d.device) for d in dets] == [(DetectionKind.SM_FAILOVER, "0xbb")]
+
+
+def test_an_sm_incidents_published_messages_stay_as_published_and_a_repeat_adds_none() -> None:
+    # The failover joining the storm's incident extends its detections on a new list: the
+    # open message already published keeps the one it was published with (before, the list
+    # was shared and grew under it). The same failover detection again (a redelivery)
+    # changes nothing and publishes nothing (before: another update, one revision more).
+    engine = Engine(Policy())
+    out: list[Detection | Incident] = []
+    for i in range(4):
+        out += engine.feed_all(sweep(T0 + i * 5000, "leaf-su01-r0:3"))
+    [storm] = [o for o in out if isinstance(o, Detection)]
+    [opened] = [o for o in out if isinstance(o, Incident)]
+    engine.feed_all(sm("state", T0 + 22_000, state="master"))
+    joined = engine.feed_all(sm("state", T0 + 23_000, sm="sm-2", state="master"))
+    [failover] = [o for o in joined if isinstance(o, Detection)]
+    [update] = [o for o in joined if isinstance(o, Incident)]
+    assert opened.evidence["detections"] == [storm.id]
+    assert update.evidence["detections"] == [storm.id, failover.id]
+    again = engine.correlate(failover.model_copy(update={"incident": None}))
+    assert [o for o in again if isinstance(o, Incident)] == []
+    assert [o.incident for o in again if isinstance(o, Detection)] == [opened.incident]
