@@ -160,7 +160,8 @@ class StreamsApp:
                                   ports_per_su=ports_per_su(
                                       end for link in self.plan.links
                                       for end in ((link.a_device, link.a_port),
-                                                  (link.b_device, link.b_port))))
+                                                  (link.b_device, link.b_port))),
+                                  fabric=settings.fabric)
         self.engine = Engine(policy, context)
         # Pinned probe baselines, read from the ledger at start and every PINS_REFRESH_S.
         self.pins = Pins()

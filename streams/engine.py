@@ -95,6 +95,11 @@ class Context:
     ``paths``: probe routes where no topology snapshot of the probe's fabric has been seen
     yet (the cable plan's, ``streams.probes.paths.ProbeRoutes``); a snapshot's routes win.
     ``pinned``: a pinned baseline for (probe, scale), ``ledger.baselines``.
+    ``fabric``: the fabric the plan describes (the worker's, as the topology diff takes it);
+    what comes from the plan (expectations, media, uplinks, routes, SU sizes) applies to its
+    events only. Another fabric served by the same worker (a RoCE fabric beside the IB one,
+    with the same switch names) is judged by its own topology, or by the policy. None: every
+    fabric (a context built for one fabric, as the tests and replay do).
     """
 
     expectation: Callable[[str, int], Expectation | None] | None = None
@@ -106,6 +111,11 @@ class Context:
     ports_per_su: Mapping[str, int] = field(default_factory=dict)
     # (device) -> a leaf's uplink ports (its ECMP peers), for the hot-uplink rule
     uplinks: Callable[[str], frozenset[int] | None] | None = None
+    fabric: str | None = None
+
+    def planned(self, fabric: str) -> bool:
+        """Whether the plan's facts apply to an event of ``fabric``."""
+        return self.fabric is None or fabric == self.fabric
 
 
 class Engine:
@@ -115,7 +125,8 @@ class Engine:
         self.policy = policy
         self.context = context or Context()
         self.counters = CountersDetector(policy, self.context.expectation,
-                                         self.context.uplinks, media=self.context.media)
+                                         self.context.uplinks, media=self.context.media,
+                                         planned=self.context.planned)
         self.stale = StaleDetector(policy)
         self.scopes: dict[str, Any] = {}  # stale detector states by scope
         self.flap: dict[str, FlapState] = {}
@@ -230,7 +241,7 @@ class Engine:
 
     def ports_in_su(self, fabric: str, su: str) -> int:
         """The plan's count, else the fabric's cabling's, else the default."""
-        planned = self.context.ports_per_su.get(su)
+        planned = self.context.ports_per_su.get(su) if self.context.planned(fabric) else None
         if planned:
             return planned
         return self.su_ports.get(fabric, {}).get(su) or breaker.DEFAULT_PORTS_PER_SU
@@ -277,14 +288,18 @@ class Engine:
         """The routes ``probe`` is localised by: its fabric's newest snapshot before it,
         else the context's (the plan), else none (endpoints only, never isolating)."""
         routes = self.routes.get(probe.fabric, probe.ts)
-        return routes if routes is not None else self.context.paths
+        if routes is not None:
+            return routes
+        return self.context.paths if self.context.planned(probe.fabric) else None
 
     def apply_topology(self, value: dict[str, Any] | None, event: Topology
                        ) -> tuple[dict[str, Any], list[Detection], list[CounterDowns], bool]:
         # The probe routes follow every snapshot seen, a redelivered one too (idempotent).
         self.routes.update(event)
         def run(st: Any) -> tuple[Any, list[Detection], list[CounterDowns]]:
-            new, dets = step_topology(st, event, self.policy, self.context.expectation)
+            expectation = (self.context.expectation if self.context.planned(event.fabric)
+                           else None)
+            new, dets = step_topology(st, event, self.policy, expectation)
             return new, dets, []
         return once(value, event.id, run)
 

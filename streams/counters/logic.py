@@ -158,8 +158,11 @@ class CountersDetector:
     def __init__(self, policy: Policy,
                  expectation: Callable[[str, int], Expectation | None] | None = None,
                  uplinks: congestion.UplinksFn | None = None,
-                 media: Callable[[str, int], str | None] | None = None) -> None:
+                 media: Callable[[str, int], str | None] | None = None,
+                 planned: Callable[[str], bool] | None = None) -> None:
         self._dirty = False
+        # whether the plan's facts (expectation, media, uplinks) apply to a fabric's events
+        self.planned: Callable[[str], bool] = planned or (lambda fabric: True)
         self._ecn: congestion.EcnTally | None = None
         self.media_of = media  # the plan's cable media, for a sample that does not say
         fh = policy.fabric_health
@@ -368,7 +371,7 @@ class CountersDetector:
         detections = out.detections
         if self._ecn is not None:
             congestion.judge_ecn(self, state, event, samples(), self._ecn, detections)
-        if out.judged and self.uplinks is not None:
+        if out.judged and self.uplinks is not None and self.planned(event.fabric):
             congestion.judge_hot(self, state["ports"], event, samples(), out.judged,
                                  detections)
         # Whether anything but sample times changed: the worker persists a state whose only
@@ -485,7 +488,7 @@ class CountersDetector:
                 ext[short] = fields[name]
         # "s" is the degraded-link rule's (the speed it last judged): read, never written here
         media = ext.get("m")
-        if media is None and self.media_of is not None:
+        if media is None and self.media_of is not None and self.planned(event.fabric):
             media = self.media_of(event.device, sample.port)
         return self.ber.link(fields["speed"] or ext.get("s"), ext.get("f"), media)
 
@@ -658,7 +661,10 @@ class CountersDetector:
             return  # exactly the policy's expectation, nothing to keep
         ext = self._ext(ps)
         ext["w"], ext["s"] = width, speed
-        expect = self.expectation(event.device, sample.port) if self.expectation else None
+        # (a fabric the plan does not describe keeps w/s too, so the column view's fast path,
+        # which knows only whether there is a plan, finds it judged)
+        expect = (self.expectation(event.device, sample.port)
+                  if self.expectation and self.planned(event.fabric) else None)
         verdict = check_link(width, speed, expect, self.degraded)
         if verdict is not None:
             self._open(ps, "degraded", event, sample, DetectionKind.DEGRADED_LINK,

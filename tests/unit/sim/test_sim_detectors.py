@@ -135,3 +135,39 @@ def test_slow_link_is_localised_to_its_cable_from_the_topology() -> None:
     leaf = next(f"{x.b_device}:{x.b_port}" for x in LAB.links
                 if (x.a_device, x.a_port) == ("node0004/mlx5_2", 1))
     assert named == {(leaf, "isolate_port", f"{leaf}<->node0004/mlx5_2:1")}
+
+
+def test_the_ib_plan_does_not_route_or_size_a_roce_fabric_beside_it() -> None:
+    # One worker serves the IB fabric (whose cable plan it loaded) and a RoCE fabric with
+    # the same switch names (the demo's). A misconfigured ECN on a RoCE leaf slows every
+    # probe through it; localised by the IB plan's cabling, each became a request to isolate
+    # a healthy cable, and past the SU's budget (sized by the IB plan) a breaker_open. The
+    # plan is its fabric's: RoCE probes without a RoCE topology name their endpoints only.
+    from streams.breaker.logic import ports_per_su
+    from streams.probes.paths import ProbeRoutes
+
+    ib = generate(Params(sus=1, nodes_per_su=4, rails=2, spines_per_su=2, fabric="ib-lab"))
+    roce = generate(Params(sus=1, nodes_per_su=4, rails=2, spines_per_su=2, transport="roce",
+                           fabric="ib-lab-roce"))
+    plan = load_plan(ib.to_plan_csv())
+
+    def kinds(plan_fabric: str | None) -> list[tuple[str, str]]:
+        context = Context(
+            paths=ProbeRoutes.from_links((x.a_device, x.a_port, x.b_device, x.b_port)
+                                         for x in plan.links),
+            ports_per_su=ports_per_su(end for x in plan.links
+                                      for end in ((x.a_device, x.a_port),
+                                                  (x.b_device, x.b_port))),
+            fabric=plan_fabric)
+        s = Simulator(roce, faults=[parse_spec("ecn_misconfig:leaf-su01-r1,prio=5,at=10s")],
+                      start_ms=START, probe_every=1, topology_every=0)
+        lines = [m.value for _ in range(8) for m in s.step().messages]
+        return [(d.detection.value, d.action.value)
+                for d in replay(lines, Policy(), context=context, on_error=None)]
+
+    scoped = kinds("ib-lab")
+    assert any(k == "ecn_pfc_misconfig" for k, _ in scoped)  # the verdict that explains it
+    assert ("slow_probe", "ticket") in scoped  # the slow pairs, named by their endpoints
+    assert not [k for k in scoped if k[1] == "isolate_port" or k[0] == "breaker_open"]
+    # the same context for every fabric (as before): the healthy cables asked to be isolated
+    assert ("slow_probe", "isolate_port") in kinds(None)
