@@ -109,10 +109,15 @@ def runbook_alert(key: str, summary: str, details: dict[str, Any],
     port: dict[str, Any] = given if isinstance(given, dict) else {}
     now = int(time.time() * 1000)
     parts = key.split("/")
-    fabric = str(port.get("fabric") or (parts[1] if len(parts) > 2 else "unknown"))
+    # a page of no runbook (the dispatcher's unknown_device: key by digest, the port as its
+    # shown "device:port") says its fabric in the details
+    fabric = str(port.get("fabric") or details.get("fabric")
+                 or (parts[1] if len(parts) > 2 else "unknown"))
     labels = {"workflow_id": key}
     if port.get("device") is not None:
         labels["port"] = f"{port['device']}:{port.get('port')}"
+    elif isinstance(given, str) and given:
+        labels["port"] = given
     if port.get("su"):
         labels["su"] = str(port["su"])
     shown = {k: v for k, v in details.items() if k != "port"}

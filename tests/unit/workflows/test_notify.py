@@ -234,3 +234,17 @@ def test_wiring_chooses_the_receivers(tmp_path: Path, monkeypatch: pytest.Monkey
         build_notifier(s, WiringOptions(slack=True))
     with pytest.raises(WiringError, match="http"):
         build_notifier(s, WiringOptions(alertmanager_url="am:9093"))
+
+
+async def test_an_unknown_device_page_names_its_fabric_and_port(tmp_path: Path) -> None:
+    # The dispatcher's page for a port no topology has (keyed by a digest, the port as its
+    # shown "device:port"): before, its alert said fabric "unknown" and named no port, so
+    # routing by fabric missed it.
+    path = tmp_path / "alerts.jsonl"
+    t = NotifierTicketing(FileNotifier(path))
+    await t.page("unknown_device/0123456789abcdef0123", "unknown device leaf-su01-r1:7", {
+        "fabric": "lab-roce", "port": "leaf-su01-r1:7", "reason": "no topology",
+        "detection": "unknown_device"})
+    (row,) = read_alerts_file(path)
+    assert row["fabric"] == "lab-roce"
+    assert row["labels"]["port"] == "leaf-su01-r1:7"
