@@ -550,6 +550,12 @@ class StreamsApp:
     async def forward(self, fabric: str, data: bytes,
                       pending: list[Awaitable[Any]] | None = None) -> None:
         """A contract message (port event, action record, detection) to the correlator."""
+        if (fabric not in self.fabrics_seen and self.plan is not None
+                and fabric != self.settings.fabric):
+            # said once: a worker whose FABRICWATCH_FABRIC is not its plan's fabric judges
+            # that fabric without the plan's expectations, routes and uplinks
+            log.warning("fabric %r is judged without the cable plan, which describes "
+                        "FABRICWATCH_FABRIC %r", fabric, self.settings.fabric)
         self.fabrics_seen.add(fabric)
         fut = await self.correlate.send(key=fabric.encode(), value=data)
         if pending is not None:

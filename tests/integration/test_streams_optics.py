@@ -121,6 +121,7 @@ async def test_optics_and_congestion_faults_through_the_worker(worker: Worker,
         await producer.flush()
     finally:
         await producer.stop()
+    worker.env["FABRICWATCH_FABRIC"] = ib_tag  # the fabric the plan describes
     await asyncio.to_thread(worker.start, plan=plan_file)
     got = await collect(worker.bootstrap, "fabric.detections", len(want),
                         f'"fabric":"{tag}'.encode(), wait_s=150, settle=15.0)
