@@ -166,11 +166,13 @@ def _device(source: Any) -> str:
         raise GnmicMapError("no device: the message has no source (gnmic's target address)",
                             "source")
     host, sep, port = text.rpartition(":")
-    return host if sep and port.isdigit() and host and "]" not in port else text
+    return host if sep and port.isascii() and port.isdigit() and host and "]" not in port \
+        else text
 
 
 def _ts_ms(value: Any) -> int:
-    if isinstance(value, str) and value.strip().isdigit():
+    # ASCII digits only: str.isdigit() also takes "²", which int() refuses
+    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
         value = int(value.strip())
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
         raise GnmicMapError("no timestamp: gnmic writes an integer of nanoseconds", "timestamp")
