@@ -296,14 +296,14 @@ def _port_event(st: dict[str, Any], idx: dict[str, Any], ev: PortEvent, policy: 
     for kind, root in _roots(ends):
         held = next((inc for inc in st["open"].values() if inc["root"] == root), None)
         if held is not None:
-            if link not in held["links"]:  # one more link of the root: a new member
+            member = link not in held["links"]  # one more link of the root: a new member
+            if member:
                 held["links"][link] = _link_state(st, link, ev.ts)
                 held["last_change"] = max(held["last_change"], held["links"][link][1])
-                if held["started"] - spread <= ev.ts < held["started"]:
-                    _started_earlier(held, ev, out)
-                _grow(st, held, ends, ev, out)
-            elif held["started"] - spread <= ev.ts < held["started"]:
+            if held["started"] - spread <= ev.ts < held["started"]:
                 _started_earlier(held, ev, out)
+            if member:
+                _grow(st, held, ends, ev, out)
             continue
         burst = _burst(st["recent"].setdefault(f"{kind}:{root}", {}), link, ends, ev.ts,
                        spread, horizon)
@@ -347,7 +347,7 @@ def _started_earlier(inc: dict[str, Any], ev: PortEvent, out: Outputs) -> None:
 def _closed_member_down(st: dict[str, Any], ends: list[str], ts: int) -> bool:
     """A down of a link that a closed incident holds, inside its time: that incident's own
     down, read again after a restart (or arriving after the close). It opens nothing."""
-    return any(c["started"] <= ts <= c.get("ended", c["started"])
+    return any(c["started"] <= ts <= c["ended"]
                and all(k in c["members"] for k in ends) for c in st["closed"].values())
 
 
