@@ -147,6 +147,13 @@ class StreamsApp:
             if not self.plan.links:  # a placeholder: checks against it would pass unseen
                 raise PlanError(f"{settings.plan_path}: the cable plan lists no cable; give "
                                 "the fabric's plan, or no FABRICWATCH_PLAN_PATH")
+            if "fabric" not in settings.model_fields_set:
+                # The plan is one fabric's, named by FABRICWATCH_FABRIC alone: on the default
+                # name the events of the real fabric would be judged, unseen, without it
+                # (no miswire, degraded-link or hot-uplink check, no plan SU sizes).
+                raise PlanError(f"{settings.plan_path}: the cable plan is one fabric's; set "
+                                "FABRICWATCH_FABRIC to the name its events carry (the "
+                                f"default {settings.fabric!r} is not assumed)")
             if context is None:
                 from streams.probes.paths import ProbeRoutes
 

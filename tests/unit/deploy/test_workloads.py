@@ -294,9 +294,28 @@ def test_a_plan_that_lists_no_cable_stops_the_stream_worker(tmp_path: Path) -> N
 
     plan = tmp_path / "plan.csv"
     plan.write_text((DEPLOY / "k8s" / "components" / "config" / "plan.csv").read_text())
-    settings = Settings(plan_path=plan, state_dir=tmp_path / "state")
+    settings = Settings(plan_path=plan, fabric="prod", state_dir=tmp_path / "state")
     with pytest.raises(PlanError, match="lists no cable"):
         StreamsApp(settings, Policy())
+
+
+def test_a_plan_without_its_fabric_named_stops_the_stream_worker(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The plan applies to FABRICWATCH_FABRIC's events only: on the default name a worker
+    of another fabric would skip the miswire, degraded-link and hot-uplink checks unseen."""
+    from streams.app import StreamsApp
+    from streams.topology.plan import PlanError
+
+    plan = tmp_path / "plan.csv"
+    plan.write_text("a_device,a_port,b_device,b_port\nleaf-su01-r1,1,spine-01,1\n")
+    monkeypatch.delenv("FABRICWATCH_FABRIC", raising=False)
+    monkeypatch.setenv("FABRICWATCH_PLAN_PATH", str(plan))
+    monkeypatch.setenv("FABRICWATCH_STATE_DIR", str(tmp_path / "state"))
+    with pytest.raises(PlanError, match="set FABRICWATCH_FABRIC"):
+        StreamsApp(Settings(), Policy())
+    monkeypatch.setenv("FABRICWATCH_FABRIC", "lab")  # named, even as the default: its call
+    sa = StreamsApp(Settings(), Policy())
+    assert sa.engine.context.fabric == "lab"
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
