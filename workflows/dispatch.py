@@ -23,10 +23,11 @@ have come from an ``Inventory`` built from the latest ``fabric.topology`` snapsh
 
 The inventory decides who may act (``may_act``, a gate of its own before the episode rule):
 a detection for a port that no snapshot of its fabric has cabled starts nothing; it is
-recorded (a ``unknown_device`` detection, action ``page``) and paged once per port through
-the ticket adapter. While no snapshot of the fabric has been seen at all, nothing can be
-told apart, so nothing starts either (fail closed): each such port is recorded and paged
-once, with the reason ``no topology``. A name is never interpreted, only compared and shown
+recorded (a ``unknown_device`` detection, action ``page``) once per port, and paged once per
+device through the ticket adapter. While no snapshot of the fabric has been seen at all,
+nothing can be told apart, so nothing starts either (fail closed): each such port is
+recorded, with the reason ``no topology``, and the fabric is paged once. A fabric in shadow
+mode is recorded and not paged. A name is never interpreted, only compared and shown
 escaped (control and bidirectional-format characters as ``\\uXXXX``).
 """
 
@@ -168,7 +169,8 @@ class Dispatcher:
         # unknown ports: recorded to ``records`` and paged through ``ticketing`` once each
         self.ticketing = ticketing
         self.records = records
-        self._reported: set[tuple[str, str, str, int]] = set()
+        self._reported: set[tuple[str, str, str, int]] = set()  # ports recorded
+        self._paged: set[tuple[str, ...]] = set()  # causes paged: a fabric or a device
         self._flooded = False
 
     def runbook_input(self, det: Detection) -> RemediationInput:
@@ -217,8 +219,11 @@ class Dispatcher:
     async def may_act(self, det: Detection) -> bool:
         """The inventory's gate: True when the fabric's topology has cabled the port.
 
-        Otherwise the detection starts nothing, and the port is recorded and paged as
-        ``unknown_device`` the first time (per reason and port). A report that fails is
+        Otherwise the detection starts nothing: the port is recorded as ``unknown_device``
+        the first time (per reason and port), and paged once per cause: once for a fabric
+        no topology has been seen of, once for a device it has not cabled, however many of
+        their ports are detected (each is in the ledger). A fabric in shadow mode records
+        and pages nothing: its runbooks would not page either. A record or page that fails is
         logged and tried again at the port's next detection; it never starts a runbook.
         """
         known = self.inventory.knows(det.fabric, det.device, det.port)
@@ -253,12 +258,19 @@ class Dispatcher:
         return False
 
     async def report_unknown(self, det: Detection, reason: str) -> Detection:
-        """Record the ``unknown_device`` detection and page it (one id per reason and port)."""
+        """Record the port's ``unknown_device`` detection (one id per reason and port) and
+        page its cause the first time: the fabric (no topology yet) or the device (not
+        cabled). The ports of one cause share the page's key as their episode."""
         digest = hashlib.sha256(f"{det.fabric}\0{det.device}\0{det.port}\0{reason}".encode()
                                 ).hexdigest()[:20]
+        # one cause, one page: a fabric without topology is one fact, not one per port
+        cause = (det.fabric, reason) if reason == NO_TOPOLOGY else (det.fabric, det.device,
+                                                                   reason)
         # the page key reaches HTTP headers (Idempotency-Key): a digest, never the raw name
-        page_key = f"unknown_device/{digest}"
+        page_key = "unknown_device/" + hashlib.sha256("\0".join(cause).encode()
+                                                      ).hexdigest()[:20]
         name = f"{shown(det.device)}:{det.port}"
+        shadow = self.policy.fabric_health.shadow.applies(det.fabric, str(det.detection))
         unknown = Detection(
             # the device is in its own field: an id of two long names could pass 512 chars
             id=f"unknown_device/{det.fabric}/{digest}", ts=det.ts,
@@ -267,16 +279,25 @@ class Dispatcher:
             action=Action.PAGE, episode=page_key,
             evidence={"reason": reason, "shown": name, "detection_id": det.id,
                       "detection": str(det.detection), "episode": det.episode,
-                      "topology_ts": self.inventory.snapshot_ts})
+                      "topology_ts": self.inventory.snapshot_ts, "paged": not shadow,
+                      **({"shadow": True} if shadow else {})})
         if self.records is not None:
             await self.records.write([unknown])
-        if self.ticketing is not None:
+        if self.ticketing is not None and not shadow and cause not in self._paged:
             # no time and no triggering detection in the page: a restarted dispatcher's page
             # has the same body, so a receiver that deduplicates by Idempotency-Key drops it
-            await self.ticketing.page(page_key, f"unknown device {name} in fabric "
-                                      f"{shown(det.fabric)}: no runbook started ({reason})", {
-                                          "fabric": shown(det.fabric), "port": name,
-                                          "reason": reason, "detection": "unknown_device"})
+            subject = (f"fabric {shown(det.fabric)}: no runbook starts ({reason}; first "
+                       f"port {name})" if reason == NO_TOPOLOGY
+                       else f"unknown device {name} in fabric {shown(det.fabric)}: no "
+                       f"runbook started ({reason})")
+            # a fabric-wide page names no port in its labels: its first port is a detail
+            where = {"first_port": name} if reason == NO_TOPOLOGY else {"port": name}
+            await self.ticketing.page(page_key, subject, {
+                "fabric": shown(det.fabric), **where, "reason": reason,
+                "detection": "unknown_device",
+                "more": "further ports of this cause are recorded in the ledger "
+                        "(detections, unknown_device), not paged"})
+            self._paged.add(cause)
         return unknown
 
     async def take_topology(self, raw: bytes, received_ms: int | None = None) -> None:

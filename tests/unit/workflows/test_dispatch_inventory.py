@@ -1,6 +1,7 @@
 """The dispatcher's inventory gate: a detection for a port no topology snapshot of its fabric
 has cabled (or any port, before a snapshot of the fabric was seen) reaches no runbook; it is
-recorded and paged as ``unknown_device`` once per port. ``NoTemporal`` fails the test on any
+recorded as ``unknown_device`` once per port and paged once per cause (the fabric without
+topology, the device not cabled). ``NoTemporal`` fails the test on any
 call to Temporal, so "starts nothing" is checked, not assumed."""
 
 from __future__ import annotations
@@ -51,33 +52,55 @@ def dispatcher(inv: Inventory) -> tuple[Dispatcher, RecordingTicketing, MemorySi
     return disp, pages, sink
 
 
-async def test_before_any_topology_nothing_starts_and_each_port_is_paged_once() -> None:
+async def test_before_any_topology_nothing_starts_and_the_fabric_is_paged_once() -> None:
+    """No topology of the fabric is one cause: one page, whatever number of ports is
+    detected meanwhile; each port is in the ledger once."""
     disp, pages, sink = dispatcher(Inventory())
+    ports = [("leaf-su01-r1", 3), ("leaf-su01-r1", 4), ("spine-02", 7)]
     for n in range(3):
-        assert not await disp.handle(detection("leaf-su01-r1", 3, n))
-    assert disp.stats.unknown == 3 and disp.stats.dispatched == 0
+        for device, port in ports:
+            assert not await disp.handle(detection(device, port, n))
+    assert disp.stats.unknown == 9 and disp.stats.dispatched == 0
     assert [op for op, _key, _summary in pages.calls] == ["page"]
-    assert NO_TOPOLOGY in pages.calls[0][2]
-    (rec,) = sink.records.values()
-    assert isinstance(rec, Detection) and rec.detection == "unknown_device"
-    assert rec.action == "page" and rec.evidence["reason"] == NO_TOPOLOGY
+    assert NO_TOPOLOGY in pages.calls[0][2] and "first port leaf-su01-r1:3" in pages.calls[0][2]
+    assert len(sink.records) == len(ports)
+    recs = [r for r in sink.records.values() if isinstance(r, Detection)]
+    assert {(r.device, r.port) for r in recs} == set(ports)
+    assert all(r.detection == "unknown_device" and r.action == "page"
+               and r.evidence["reason"] == NO_TOPOLOGY for r in recs)
+    # the ports of the cause share its page's key as their episode
+    assert {r.episode for r in recs} == {pages.calls[0][1]}
 
 
-async def test_a_port_the_topology_does_not_have_is_paged_once_per_port() -> None:
+async def test_a_port_the_topology_does_not_have_is_paged_once_per_device() -> None:
     inv = Inventory()
     inv.load(topology(NOW, range(1, 5)))
     disp, pages, sink = dispatcher(inv)
     names = [("$(touch x)", 1), ("; rm -rf /", 2), ("leaf-su01-r1\u202egnp.exe", 3),
              ("--help", 4), ("leaf-su01-r1", 40)]
     for n in range(2):
-        for device, port in names:
+        for device, port in [*names, ("leaf-su01-r1", 41), ("--help", 5)]:
             assert not await disp.handle(detection(device, port, n))
-    assert len(pages.calls) == len(names) == len(sink.records)
+    # two more ports of devices already paged: recorded, not paged again
+    assert len(pages.calls) == len(names) and len(sink.records) == len(names) + 2
     assert all(NOT_CABLED in summary and "\u202e" not in summary + key
                for _op, key, summary in pages.calls)
     assert any("leaf-su01-r1\\u202egnp.exe:3" in summary for _o, _k, summary in pages.calls)
     # cabled ports pass the gate (the episode rule and Temporal come after it)
     assert await disp.may_act(detection("leaf-su01-r1", 3))
+
+
+async def test_a_shadow_fabric_records_unknown_ports_and_pages_nothing() -> None:
+    """A fabric in shadow mode: its runbooks would page nobody, nor does its gate."""
+    pages, sink = RecordingTicketing(), MemorySink()
+    policy = Policy.model_validate({"fabricHealth": {"shadow": {"fabrics": ["f"]}}})
+    disp = Dispatcher(NoTemporal(), policy, Inventory(), task_queue="q",  # type: ignore[arg-type]
+                      ticketing=pages, records=sink)
+    assert not await disp.handle(detection("leaf-su01-r1", 3))
+    assert pages.calls == []
+    (rec,) = sink.records.values()
+    assert isinstance(rec, Detection) and rec.evidence["shadow"] is True
+    assert rec.evidence["paged"] is False
 
 
 async def test_a_port_a_later_snapshot_misses_is_still_known() -> None:
@@ -140,7 +163,9 @@ async def test_a_flood_of_invented_names_is_one_page_past_the_limit(
     import workflows.dispatch as dispatch
 
     monkeypatch.setattr(dispatch, "MAX_REPORTED", 3)
-    disp, pages, sink = dispatcher(Inventory())
+    inv = Inventory()
+    inv.load(topology(NOW, range(1, 5)))  # each invented device its own cause
+    disp, pages, sink = dispatcher(inv)
     for n in range(10):
         assert not await disp.handle(detection(f"ghost{n}", 1, n))
     assert [key for _op, key, _s in pages.calls][-1] == "unknown_device/flood"
