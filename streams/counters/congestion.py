@@ -20,6 +20,9 @@ wredcounters``), each priority is judged on its own (``judge_priorities``, evide
 ``basis: priority``, one episode per (device, priority)); otherwise the device's sums
 (``basis: device``). An episode is held by the port that sent the most pauses
 (``state["ecn"]``, per priority ``state["ecnq"]``) and ends when the marks keep up again.
+Pauses that one port sends at a storm's rate, nearly all of the device's, are that link's
+(``tx_storm``): no ECN verdict is judged on them, and with nothing received on the port they
+are its ``pause_storm`` seen from the sending end: one cause, one verdict.
 
 SONiC's PFC watchdog (``pfcwd show stats``, parsed to ``pfcwd_q<N>_status`` and
 ``pfcwd_q<N>_storms_detected``): a queue it reports ``stormed``, or whose detected-storm
@@ -39,6 +42,10 @@ if TYPE_CHECKING:
     from streams.counters.logic import CountersDetector, PortState
 
 CONGESTION, HOT, PFCWD = "congestion", "hot_uplink", "pause_storm:pfcwd"
+TX_STORM = "pause_storm:tx"
+# The share of a device's transmitted pauses one port sends for them to be its storm, not
+# the device's configuration (a misconfigured queue pauses out of every ingress port).
+TX_STORM_SHARE = 0.9
 # (port, wait share, utilisation or None, window s) of the ports judged in this message
 Judged = tuple[int, float, float | None, float]
 UplinksFn = Callable[[str], frozenset[int] | None]
@@ -185,7 +192,7 @@ class EcnTally:
     """
 
     __slots__ = ("pauses", "marks", "dt_s", "top_port", "top_pauses", "ports", "prio",
-                 "by_prio")
+                 "by_prio", "receiving")
 
     def __init__(self) -> None:
         self.pauses = self.marks = 0
@@ -195,8 +202,12 @@ class EcnTally:
         self.ports = 0
         self.prio: dict[int, list[int]] = {}
         self.by_prio = False
+        # per port: whether data came in over the interval (None: no port_rcv_data)
+        self.receiving: dict[int, bool | None] = {}
 
-    def add(self, port: int, pauses: int, marks: int, dt_s: float) -> None:
+    def add(self, port: int, pauses: int, marks: int, dt_s: float,
+            receiving: bool | None = None) -> None:
+        self.receiving[port] = receiving
         self.pauses += pauses
         self.marks += marks
         self.dt_s = max(self.dt_s, dt_s)
@@ -216,6 +227,9 @@ def judge_ecn(det: CountersDetector, state: dict[str, Any], event: Counters,
         return
     pause_rate = tally.pauses / tally.dt_s
     ecn_rate = tally.marks / tally.dt_s
+    if tx_storm(det, state, event, samples, tally, tally.top_port, tally.top_pauses,
+                tally.pauses, tally.marks, tally.dt_s, None, detections):
+        return  # the device's pauses are one port's storm: no verdict on its configuration
     holder = state.get("ecn")
     ports: dict[str, PortState] = state["ports"]
     if (pause_rate >= c.min_pause_frames_per_s
@@ -252,10 +266,21 @@ def judge_priorities(det: CountersDetector, state: dict[str, Any], event: Counte
         det._dirty = True  # noqa: SLF001
         if device_holder in ports:
             det._close(ports[device_holder], "ecn_pfc")  # noqa: SLF001
+    storms: dict[str, str] = state.get("txs") or {}
+    if "d" in storms:  # ...and so does a device-basis storm: each queue's is judged now
+        storm_holder = storms.pop("d")
+        det._dirty = True  # noqa: SLF001
+        if storm_holder in ports:
+            det._close(ports[storm_holder], TX_STORM)  # noqa: SLF001
+        if not storms:
+            del state["txs"]
     held: dict[str, str] = state.get("ecnq") or {}
     dt_s = tally.dt_s
     for prio in sorted(tally.prio):
         pauses, marks, top_port, top_pauses, nports = tally.prio[prio]
+        if tx_storm(det, state, event, samples, tally, top_port, top_pauses, pauses, marks,
+                    dt_s, prio, detections):
+            continue  # the priority's pauses are one port's storm
         pause_rate, ecn_rate = pauses / dt_s, marks / dt_s
         key, cond = str(prio), f"ecn_pfc:q{prio}"
         holder = held.get(key)
@@ -281,6 +306,55 @@ def judge_priorities(det: CountersDetector, state: dict[str, Any], event: Counte
         state["ecnq"] = held
     else:
         state.pop("ecnq", None)
+
+
+def tx_storm(det: CountersDetector, state: dict[str, Any], event: Counters,
+             samples: dict[int, PortSample], tally: EcnTally, top_port: int, top_pauses: int,
+             pauses: int, marks: int, dt_s: float, prio: int | None,
+             detections: list[Detection]) -> bool:
+    """Whether the device's transmitted pauses (of ``prio``; None: all) are one link's: one
+    port sends them at the storm rate (``pause_frames_per_s_storm``, the rate that makes a
+    storm of the pauses its peer receives) and carries ``TX_STORM_SHARE`` of them. The
+    device's pause excess is then that link's, not its ECN configuration: no
+    ``ecn_pfc_misconfig`` is judged on it meanwhile. The link's receiving end judges it by
+    the watchdog rule; where this port says nothing came in over the interval
+    (``port_rcv_data`` known and unchanged: the peer's queue is stuck, not draining), it is
+    a ``pause_storm`` seen from this end as well (a host whose NIC reports nothing is found
+    this way). ``state["txs"]`` maps ``"d"`` or the priority to the storming port."""
+    c = det.cong
+    ports: dict[str, PortState] = state["ports"]
+    storms: dict[str, str] = state.get("txs") or {}
+    key = "d" if prio is None else str(prio)
+    cond = TX_STORM if prio is None else f"{TX_STORM}:q{prio}"
+    holder = storms.get(key)
+    dominant = (top_pauses / dt_s >= c.pause_frames_per_s_storm
+                and top_pauses >= TX_STORM_SHARE * pauses)
+    storming = dominant and tally.receiving.get(top_port) is False
+    if storming and holder != str(top_port):
+        if holder is not None and holder in ports:
+            det._close(ports[holder], cond)  # noqa: SLF001
+        storms[key] = str(top_port)
+        det._dirty = True  # noqa: SLF001
+        evidence: dict[str, Any] = {
+            "rule": "pause_tx", "scope": "port", "pause_tx_per_s": round(top_pauses / dt_s, 1),
+            "device_pause_tx_per_s": round(pauses / dt_s, 1),
+            "share_of_device_pauses": round(top_pauses / pauses, 3),
+            "ecn_marked_per_s": round(marks / dt_s, 1), "receiving": False,
+            "threshold_per_s": c.pause_frames_per_s_storm, "interval_s": dt_s}
+        if prio is not None:
+            evidence["priority"] = prio
+        det._open(ports[str(top_port)], cond, event, samples[top_port],  # noqa: SLF001
+                  DetectionKind.PAUSE_STORM, c.action, evidence, detections)
+    elif not storming and holder is not None:
+        del storms[key]
+        det._dirty = True  # noqa: SLF001
+        if holder in ports:
+            det._close(ports[holder], cond)  # noqa: SLF001
+    if storms:
+        state["txs"] = storms
+    else:
+        state.pop("txs", None)
+    return dominant
 
 
 _PFCWD: dict[tuple[str, ...], bool] = {}  # by a sample's extra names: a host's repeat

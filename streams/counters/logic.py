@@ -647,7 +647,17 @@ class CountersDetector:
             acc = self._ecn
             if acc is None:
                 acc = self._ecn = congestion.EcnTally()
-            acc.add(sample.port, deltas[_I_PTX], deltas[_I_ECN], dt_s)
+            # Whether data came in over the interval: a port pausing its peer at the storm
+            # rate with nothing coming in is that link's storm (congestion.tx_storm)
+            rcv = sample.__dict__["port_rcv_data"]
+            receiving = None
+            if rcv is not None:
+                ext = self._ext(ps)
+                rb = ext.get("rd")
+                if rb is not None and rb[0] == ts - dt_ms:
+                    receiving = (rcv - rb[1] if rcv >= rb[1] else rcv) > 0
+                ext["rd"] = [ts, rcv]
+            acc.add(sample.port, deltas[_I_PTX], deltas[_I_ECN], dt_s, receiving)
             congestion.tally_priorities(self, ps, sample.port, sample.__pydantic_extra__, acc)
 
     def _degraded(self, ps: PortState, event: Counters, sample: PortSample,

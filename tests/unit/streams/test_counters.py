@@ -210,6 +210,60 @@ def test_ecn_pfc_misconfig() -> None:
     assert run.kinds() == [("ecn_pfc_misconfig", 1, 10 * S), ("ecn_pfc_misconfig", 1, 40 * S)]
 
 
+def test_one_port_sending_a_storm_of_pauses_is_its_storm_not_the_devices_ecn() -> None:
+    """A stuck queue across one link: its sending end pauses at the storm rate, sends nearly
+    all of the device's pauses and receives nothing. That is the link's pause storm (from
+    this end), not the device's ECN configuration; once it stops, the configuration is
+    judged again."""
+    run = Run()
+    run(msg(0, sample(port=1, pfc_pause_tx=0, ecn_marked=0, port_rcv_data=7),
+            sample(port=2, pfc_pause_tx=0, ecn_marked=0)))
+    # port 1: 80,000 pauses/s, 99.4 % of the device's; no marks anywhere, nothing received
+    run(msg(10 * S, sample(port=1, pfc_pause_tx=800_000, ecn_marked=0, port_rcv_data=7),
+            sample(port=2, pfc_pause_tx=5_000, ecn_marked=0)))
+    run(msg(20 * S, sample(port=1, pfc_pause_tx=1_600_000, ecn_marked=0, port_rcv_data=7),
+            sample(port=2, pfc_pause_tx=10_000, ecn_marked=0)))
+    # (its received data is first compared at 20 s: the first interval says only that
+    # the pauses are one link's, which holds the ECN verdict back)
+    assert run.kinds() == [("pause_storm", 1, 20 * S)]
+    ev = run.fired[0].evidence
+    assert ev["rule"] == "pause_tx" and ev["pause_tx_per_s"] == 80_000.0
+    assert ev["share_of_device_pauses"] == 0.994
+    # the storm ends; the ports go on pausing 2,000/s between them with few marks: the
+    # device's configuration now, a verdict of its own
+    run(msg(30 * S, sample(port=1, pfc_pause_tx=1_610_000, ecn_marked=10, port_rcv_data=9),
+            sample(port=2, pfc_pause_tx=20_000, ecn_marked=10)))
+    assert run.kinds() == [("pause_storm", 1, 20 * S), ("ecn_pfc_misconfig", 1, 30 * S)]
+    # a second storm is a new episode of the same port
+    run(msg(40 * S, sample(port=1, pfc_pause_tx=2_410_000, ecn_marked=20, port_rcv_data=9),
+            sample(port=2, pfc_pause_tx=20_000, ecn_marked=20)))
+    assert run.kinds()[-1] == ("pause_storm", 1, 40 * S)
+
+
+@pytest.mark.parametrize("rcv", [(7, 5_000_007), (None, None)], ids=["draining", "unknown"])
+def test_one_links_pauses_while_data_comes_in_or_unknown_are_no_verdict_here(
+        rcv: tuple[int | None, int | None]) -> None:
+    """Data still comes in (the peer drains: heavy congestion) or nothing says: the pauses
+    are still one link's, judged at its receiving end by the watchdog rule; no ECN verdict
+    on the device and no storm from this end."""
+    run = Run()
+    run(msg(0, sample(port=1, pfc_pause_tx=0, ecn_marked=0, port_rcv_data=rcv[0]),
+            sample(port=2, pfc_pause_tx=0, ecn_marked=0)))
+    run(msg(10 * S, sample(port=1, pfc_pause_tx=800_000, ecn_marked=0, port_rcv_data=rcv[1]),
+            sample(port=2, pfc_pause_tx=5_000, ecn_marked=0)))
+    assert run.kinds() == []
+
+
+def test_storm_rate_pauses_spread_over_ports_are_the_devices_configuration() -> None:
+    # two ports at 60,000 pauses/s each: no one port's storm, every ingress pauses
+    run = Run()
+    run(msg(0, sample(port=1, pfc_pause_tx=0, ecn_marked=0),
+            sample(port=2, pfc_pause_tx=0, ecn_marked=0)))
+    run(msg(10 * S, sample(port=1, pfc_pause_tx=600_000, ecn_marked=100),
+            sample(port=2, pfc_pause_tx=600_000, ecn_marked=100)))
+    assert [k[0] for k in run.kinds()] == ["ecn_pfc_misconfig"]
+
+
 def test_received_pauses_are_not_the_devices_ecn_verdict() -> None:
     # a port paused by its upstream with no marks of its own: the upstream's business
     run = Run()

@@ -133,3 +133,19 @@ def test_the_state_survives_its_stored_form() -> None:
     assert [d.model_dump() for d in fired] == [d.model_dump() for d in
                                               run(history(4, p3_marks_per_s=0))]
     assert state is not None and state["ecnq"] == {"3": "1"}
+
+
+def test_one_ports_storm_on_a_priority_is_its_storm_not_the_queues_ecn() -> None:
+    """Priority 3's pauses are port 1's storm (80,000/s, nearly all of them): a pause storm
+    of port 1 on priority 3, no ECN verdict on queue 3; priority 4 is judged as ever."""
+    out = []
+    for i in range(3):
+        t = i * 10
+        stuck = prio_sample(1, {3: 80_000 * t, 4: 1000 * t}, {3: 0, 4: 0}).model_copy(
+            update={"port_rcv_data": 7})  # nothing comes in: the peer's queue is stuck
+        out.append(line(t * S, stuck,
+                        prio_sample(2, {3: 100 * t, 4: 1000 * t}, {3: 0, 4: 5000 * t})))
+    dets = run(out)
+    assert [(d.detection.value, d.port, d.ts - BASE) for d in dets] == [
+        ("pause_storm", 1, 20 * S)]  # (received data first compared at 20 s)
+    assert dets[0].evidence["priority"] == 3 and dets[0].evidence["rule"] == "pause_tx"
