@@ -266,7 +266,9 @@ class Probes(_Section):
     healthy results (at least ``healthy_fraction`` of the baseline they were judged
     against, so slightly slow runs never pull it down), judged only once
     ``min_baseline_samples`` exist. Slow probes within ``localise_window`` that are known
-    to share a cable (or an endpoint) name it once ``min_failing_probes_to_localise`` agree.
+    to share a cable (or an endpoint) name it once ``min_failing_probes_to_localise`` agree;
+    a cable named by routes gets ``action`` after ``localise_confirm`` unless
+    ``common_mode_cables`` of its switch are named with it (then one ticket for the switch).
     NCCL's ``#wrong`` > 0 is ``probe_wrong`` with ``wrong_action``. Defaults: the design's
     policy (docs/architecture.md, "Slow-not-dead").
     """
@@ -276,6 +278,12 @@ class Probes(_Section):
     baseline_samples: Annotated[int, Field(ge=1)] = 20
     min_baseline_samples: Annotated[int, Field(ge=1)] = 3
     localise_window: Seconds = 600.0
+    # A cable the routes name is acted on only once it has stayed named this long (event
+    # time) with fewer than ``common_mode_cables`` cables of its switch named beside it:
+    # slow pairs across many cables of one switch are the switch's or a congestion's (an
+    # ECN misconfiguration slows every pair through it), one ticket, not a cable each.
+    localise_confirm: Seconds = 60.0
+    common_mode_cables: Annotated[int, Field(ge=2)] = 3
     action: PolicyAction = "isolatePort"
     # a high quantile: a few slow-ish results in the window do not move it
     baseline_quantile: Fraction = 0.9

@@ -18,7 +18,13 @@
 * Localisation: slow probes within ``localiseWindow`` of event time whose routes are known
   to cross one cable, ``minFailingProbesToLocalise`` or more of them, name that cable: one
   ``slow_probe`` with the policy's action on the port of the cable the runbook acts on
-  (evidence ``localised: true``, the cable, the probes). Routes come from an optional
+  (evidence ``localised: true``, the cable, the probes), once the cable has stayed named
+  for ``localiseConfirm`` (the next probe of the rail after that decides). By then the
+  other slow pairs of the rail have shown themselves: when ``commonModeCables`` cables of
+  one switch are named within the window, the slowness is the switch's or a congestion's
+  through it (an ECN misconfiguration slows every pair it carries), and it is one
+  ``slow_probe`` ticket at the switch (port 0, evidence ``common_mode``), none of its
+  cables acted on. Routes come from an optional
   ``paths(probe)`` (``streams.probes.paths``: from the topology, only cables every
   shortest path crosses; with ECMP the spine hop is not known and not guessed). A cable
   that a fast probe is known to have crossed since the first of those slow probes is
@@ -51,7 +57,8 @@ __all__ = ["PathFn", "PinnedFn", "endpoint", "new_state", "probe_scale", "quanti
 
 
 def new_state() -> dict[str, Any]:
-    return {"baselines": {}, "slow": [], "open": {}, "named": {}, "fast": {}, "wrong": {}}
+    return {"baselines": {}, "slow": [], "open": {}, "named": {}, "fast": {}, "wrong": {},
+            "pending": {}, "common": {}}
 
 
 def probe_scale(probe: Probe) -> int:
@@ -124,6 +131,7 @@ def step(state: dict[str, Any] | None, probe: Probe, policy: Policy,
             for key, _port in links:
                 fast[key] = max(fast.get(key, probe.ts), probe.ts)
             st["fast"] = {k: t for k, t in fast.items() if t > horizon}
+        detections += _confirm(st, probe, policy, horizon)
         return st, detections
     assert baseline is not None  # noqa: S101 - slow implies a baseline
     evidence = {"probe": probe.probe, "src": probe.src, "dst": probe.dst, "rail": probe.rail,
@@ -155,19 +163,101 @@ def step(state: dict[str, Any] | None, probe: Probe, policy: Policy,
         if key in st["named"]:
             st["named"][key][1] = probe.ts  # still implicated: the same episode goes on
             continue
+        if routed:  # acted on once confirmed, unless its switch is the common cause
+            ids, pairs = sorted(s[1] for s in sharing), sorted(distinct)
+            entry = st["pending"].get(key)
+            if entry is None:
+                st["pending"][key] = [probe.ts, probe.ts, port_key, ids, pairs]
+            else:
+                entry[1], entry[3], entry[4] = probe.ts, ids, pairs
+            continue
         device, _, port_s = port_key.rpartition(":")
         eid = episode_id(DetectionKind.SLOW_PROBE, device, int(port_s), probe.ts, "localised")
-        st["named"][key] = [eid, probe.ts]
+        st["named"][key] = [eid, probe.ts, device]
         detections.append(make_detection(
             kind=DetectionKind.SLOW_PROBE, fabric=probe.fabric, device=device,
             port=int(port_s), ts=probe.ts,
-            # Only a real route (the topology's) is evidence enough to isolate; a shared
-            # endpoint is a lead for a technician.
-            action=section.action if routed else "ticket", episode=eid,
+            # a shared endpoint is a lead for a technician: only a route earns the action
+            action="ticket", episode=eid,
             evidence={"localised": True, "link": key, "probes": sorted(s[1] for s in sharing),
-                      "pairs": sorted(distinct), "by": "paths" if routed else "endpoints",
+                      "pairs": sorted(distinct), "by": "endpoints",
                       "slow_fraction": section.slow_fraction}))
+    detections += _confirm(st, probe, policy, horizon)
     return st, detections
+
+
+def _switch(port_key: str) -> str:
+    return port_key.rpartition(":")[0]
+
+
+def _confirm(st: dict[str, Any], probe: Probe, policy: Policy, horizon: int
+             ) -> list[Detection]:
+    """The cables routes named that have stayed named ``localiseConfirm``: each one's
+    ``slow_probe`` with the policy's action, unless ``commonModeCables`` cables of its
+    switch are named (pending or acted on) within the window: then they are the switch's
+    (or a congestion's through it), one ``common_mode`` ticket at the switch (port 0) and
+    none of them acted on. Dropped meanwhile: a cable no slow probe named within the
+    window, or one a fast probe is known to have crossed since it was named."""
+    section = policy.fabric_health.probes
+    pending: dict[str, list[Any]] = st["pending"]
+    named: dict[str, list[Any]] = st["named"]
+    st["common"] = {sw: v for sw, v in st["common"].items()
+                    if any(len(n) > 2 and n[2] == sw for n in named.values())}
+    out: list[Detection] = []
+    confirm_ms = round(section.localise_confirm * 1000)
+    for key in sorted(pending):
+        entry = pending.get(key)
+        if entry is None:
+            continue  # taken with its switch's common mode below
+        first, last, port_key = entry[0], entry[1], entry[2]
+        if last <= horizon or st["fast"].get(key, horizon) >= first:
+            del pending[key]
+            continue
+        if probe.ts - first < confirm_ms:
+            continue
+        switch = _switch(port_key)
+        siblings = sorted({k for k, e in pending.items() if _switch(e[2]) == switch}
+                          | {k for k, n in named.items() if len(n) > 2 and n[2] == switch})
+        if len(siblings) >= section.common_mode_cables:
+            out += _common_mode(st, probe, switch, siblings)
+            continue
+        del pending[key]
+        device, _, port_s = port_key.rpartition(":")
+        eid = episode_id(DetectionKind.SLOW_PROBE, device, int(port_s), first, "localised")
+        named[key] = [eid, last, device]
+        out.append(make_detection(
+            kind=DetectionKind.SLOW_PROBE, fabric=probe.fabric, device=device,
+            port=int(port_s), ts=probe.ts, action=section.action, episode=eid,
+            evidence={"localised": True, "link": key, "probes": entry[3], "pairs": entry[4],
+                      "by": "paths", "slow_fraction": section.slow_fraction,
+                      "named_since_ms": first, "confirm_s": section.localise_confirm}))
+    return out
+
+
+def _common_mode(st: dict[str, Any], probe: Probe, switch: str, links: list[str]
+                 ) -> list[Detection]:
+    """The switch's pending cables named as its common mode (never acted on), and its one
+    ticket while any of its cables stays named."""
+    pending: dict[str, list[Any]] = st["pending"]
+    probes_seen: set[str] = set()
+    pairs_seen: set[str] = set()
+    for key in links:
+        entry = pending.pop(key, None)
+        if entry is not None:
+            probes_seen.update(entry[3])
+            pairs_seen.update(entry[4])
+            st["named"][key] = ["common", entry[1], switch]
+    if switch in st["common"]:
+        return []
+    eid = episode_id(DetectionKind.SLOW_PROBE, switch, 0, probe.ts, "common_mode")
+    st["common"][switch] = [eid, probe.ts]
+    return [make_detection(
+        kind=DetectionKind.SLOW_PROBE, fabric=probe.fabric, device=switch, port=0,
+        ts=probe.ts, action="ticket", episode=eid,
+        evidence={"localised": True, "common_mode": True, "scope": "device", "links": links,
+                  "probes": sorted(probes_seen), "pairs": sorted(pairs_seen), "by": "paths",
+                  "why": "slow pairs name this many cables of one switch: the switch or a "
+                         "congestion through it, not each cable"})]
 
 
 def _wrong(st: dict[str, Any], probe: Probe, policy: Policy, okey: str, device: str,

@@ -56,7 +56,7 @@ async def test_slow_link_is_named_on_its_leaf_port_by_the_worker(worker: Worker)
     sim = Simulator(lab, faults=[parse_spec("slow_link:node0004/mlx5_2:1,factor=0.6")],
                     seed=3, start_ms=int(time.time() * 1000) - 3600_000, probe_every=1,
                     topology_every=100)
-    steps = sim.run_steps(6)
+    steps = sim.run_steps(14)  # the cable is acted on after localiseConfirm (60 s)
     (topology,) = [m for s in steps for m in s.messages if m.topic == "fabric.topology"]
     probes = [m for s in steps for m in s.messages if m.topic == "fabric.probes"]
     messages = [(topology.topic, retag(topology.value, tag))]

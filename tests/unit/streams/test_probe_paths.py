@@ -23,11 +23,18 @@ def probe(t: int, src: str, dst: str, bw: float, rail: int = 0,
                  bw_gbps=bw, baseline_gbps=baseline)
 
 
+def tick(after: Probe) -> Probe:
+    """A fast probe of the rail past ``localiseConfirm``, between endpoints no topology
+    cables (it clears no cable): the step that decides on the cables named before it."""
+    t = after.ts - BASE + round(POLICY.fabric_health.probes.localise_confirm * 1000) + 1000
+    return probe(t, "elsewhere-a", "elsewhere-b", 400, rail=after.rail)
+
+
 def named(routes: ProbeRoutes, probes: list[Probe]) -> list[tuple[str, str, str]]:
-    """(port, action, cable) of the localised detections."""
+    """(port, action, cable) of the localised detections, the cables confirmed."""
     state = None
     out = []
-    for p in probes:
+    for p in [*probes, tick(probes[-1])]:
         state, dets = step(state, p, POLICY, routes)
         out += [(f"{d.device}:{d.port}", d.action.value, d.evidence["link"])
                 for d in dets if d.evidence["localised"]]
@@ -111,6 +118,45 @@ def test_with_ecmp_no_uplink_is_guessed_and_a_fast_probe_clears_the_shared_host(
     assert [p for p, _, _ in named(routes, [seq[0], seq[2]])] == ["leaf-a-r0:1"]
 
 
+def test_a_named_cable_is_acted_on_only_after_the_confirmation() -> None:
+    """Named by routes, a cable waits ``localiseConfirm`` of event time: the steps before it
+    name nothing, the first probe of the rail after it does; a fast probe across the
+    cable meanwhile drops it."""
+    routes = lab_routes()
+    seq = [probe(0, "node0001", "node0002", 240, rail=1),
+           probe(1000, "node0002", "node0003", 238, rail=1)]
+    state = None
+    for p in [*seq, probe(30_000, "elsewhere-a", "elsewhere-b", 400, rail=1)]:
+        state, dets = step(state, p, POLICY, routes)
+        assert not [d for d in dets if d.evidence["localised"]]
+    state, dets = step(state, tick(seq[-1]), POLICY, routes)
+    assert [(d.action.value, d.evidence["named_since_ms"]) for d in dets] == [
+        ("isolate_port", BASE + 1000)]
+    # the same pairs, and a fast probe across the shared cable before the confirmation
+    state = None
+    for p in [*seq, probe(20_000, "node0002", "node0004", 399, rail=1), tick(seq[-1])]:
+        state, dets = step(state, p, POLICY, routes)
+        assert not [d for d in dets if d.evidence["localised"]]
+
+
+def test_slow_pairs_across_many_cables_of_one_switch_are_one_common_mode_ticket() -> None:
+    """Every pair under one leaf slow at once (an ECN misconfiguration, a congested
+    switch): the routes name each host's cable, and none of them is acted on: one ticket at
+    the switch, naming the cables."""
+    routes = lab_routes()
+    hosts = [f"node000{i}" for i in range(1, 5)]
+    seq = [probe(n * 1000, a, b, 230, rail=1)
+           for n, (a, b) in enumerate((a, b) for a in hosts for b in hosts if a < b)]
+    state = None
+    out = []
+    for p in [*seq, tick(seq[-1]), tick(tick(seq[-1]))]:
+        state, dets = step(state, p, POLICY, routes)
+        out += [d for d in dets if d.evidence["localised"]]
+    assert [(d.device, d.port, d.action.value) for d in out] == [("leaf-su01-r1", 0, "ticket")]
+    ev = out[0].evidence
+    assert ev["common_mode"] is True and len(ev["links"]) == 4 and len(ev["pairs"]) == 6
+
+
 def test_route_book_keeps_a_cable_the_newest_snapshot_lost() -> None:
     book = RouteBook()
     full = two_leaves(uplinks=1)
@@ -146,7 +192,8 @@ def test_engine_routes_probes_by_the_topology_it_has_seen() -> None:
             if d.evidence.get("localised")] == ["ticket"]  # endpoints: a lead only
     engine = Engine(POLICY)
     engine.feed(fabric.to_topology(BASE - 1000))
-    localised = [d for p in seq for d in engine.feed(p) if d.evidence.get("localised")]
+    localised = [d for p in [*seq, tick(seq[-1])] for d in engine.feed(p)
+                 if d.evidence.get("localised")]
     assert [(d.device.startswith("leaf-su01-r1"), d.action.value) for d in localised] == [
         (True, "isolate_port")]
     assert localised[0].evidence["by"] == "paths"

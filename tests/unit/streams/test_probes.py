@@ -58,12 +58,17 @@ def test_shared_endpoint_named() -> None:
 
 
 def test_shared_link_from_paths() -> None:
-    def paths(p: Probe) -> list[str]:
+    def paths(p: Probe) -> list[str] | None:
+        if p.src == "tick":
+            return None  # a probe no route knows: it clears nothing
         return [f"{p.src}/mlx5_3:1", "leaf-su01-r3:40", "spine-01:7", f"{p.dst}/mlx5_3:1"]
 
+    confirm = round(POLICY.fabric_health.probes.localise_confirm * 1000)
     seq = [probe(0, 200, src="node0001", dst="node0100", baseline=400),
            probe(1, 200, src="node0002", dst="node0101", baseline=400),
-           probe(2, 200, src="node0003", dst="node0102", baseline=400)]
+           probe(2, 200, src="node0003", dst="node0102", baseline=400),
+           # the next probe of the rail past the confirmation decides
+           probe(2 + confirm, 400, src="tick", dst="tock", baseline=400)]
     named = [(o[0], o[1], o[2]) for o in run(seq, paths=paths) if o[3]]
     assert sorted(named) == [("leaf-su01-r3", 40, "isolate_port"),
                              ("spine-01", 7, "isolate_port")]
