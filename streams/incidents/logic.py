@@ -48,7 +48,10 @@ was open. Its members' downs in ``[started, ended]`` are excused from the flap d
 downs, is dropped (``raced_its_excuse``): the worker then agrees with replay. It closes
 once every member link is up and has stayed up for ``settle`` (or ``max_open`` after its
 last change, whatever is still down); from then on a link that goes on misbehaving is
-judged on its own, without the incident's downs.
+judged on its own, without the incident's downs. A closed incident covers ``settle`` past
+its end (the excuse it sends, a member's down or detection read after the close): what a
+member did then, read before the close, would have been the incident's, so read late
+(a poller's counters, a restart) it is too.
 
 Self-inflicted downs: an ``isolate`` action record (``done``) excuses both ends of the cable
 from ``self_grace`` before it until ``self_grace`` after the ``unisolate``/``return`` record
@@ -344,10 +347,16 @@ def _started_earlier(inc: dict[str, Any], ev: PortEvent, out: Outputs) -> None:
     out.excuses += _excuses(inc, inc["members"], ev.ts)
 
 
+def _covers(closed: dict[str, Any]) -> int:
+    """The last time a closed incident covers (its end plus ``settle``; a closed entry of
+    a state written before that was kept: its end)."""
+    return int(closed.get("covers", closed["ended"]))
+
+
 def _closed_member_down(st: dict[str, Any], ends: list[str], ts: int) -> bool:
     """A down of a link that a closed incident holds, inside its time: that incident's own
     down, read again after a restart (or arriving after the close). It opens nothing."""
-    return any(c["started"] <= ts <= c["ended"]
+    return any(c["started"] <= ts <= _covers(c)
                and all(k in c["members"] for k in ends) for c in st["closed"].values())
 
 
@@ -587,10 +596,14 @@ def _advance(st: dict[str, Any], ts: int, fabric: str, policy: Policy, out: Outp
                 inc["evidence"] = {**inc["evidence"], "still_down": still}
             del st["open"][iid]
             out.incidents.append(_message(inc, "closed", now))
-            out.excuses += _excuses(inc, inc["members"], now, end=inc["ended"])
+            # What it covers runs ``settle`` past its end: a member's down or detection
+            # from then, had it arrived before the close, would have been the incident's
+            # (a change, or a member's detection while open); read late it is too.
+            covers = inc["ended"] + settle
+            out.excuses += _excuses(inc, inc["members"], now, end=covers)
             st["closed"][iid] = {"root": inc["root"], "started": inc["started"],
-                                 "ended": inc["ended"], "members": inc["members"],
-                                 "causes": _causes(inc)}
+                                 "ended": inc["ended"], "covers": covers,
+                                 "members": inc["members"], "causes": _causes(inc)}
             for old in sorted(st["closed"], key=lambda k: st["closed"][k]["ended"])[
                     :-KEEP_CLOSED]:
                 del st["closed"][old]
@@ -635,7 +648,7 @@ def annotate(st: dict[str, Any], idx: dict[str, Any], det: Detection,
         else:
             for iid in sorted(st["closed"]):
                 c = st["closed"][iid]
-                if (c["started"] <= det.ts <= c["ended"] and det.key not in _causes(c)
+                if (c["started"] <= det.ts <= _covers(c) and det.key not in _causes(c)
                         and _belongs(det, c["root"], c["members"])):
                     update["incident"] = iid
                     break
@@ -657,7 +670,7 @@ def raced_its_excuse(st: dict[str, Any], det: Detection) -> bool:
     downs, limit = det.evidence.get("down_ts"), det.evidence.get("max_link_downs")
     if inc is None or not isinstance(downs, list) or not isinstance(limit, int):
         return False
-    ended = inc.get("ended")
+    ended = _covers(inc) if "ended" in inc else None
     outside = [t for t in downs if isinstance(t, int)
                and not (inc["started"] <= t and (ended is None or t <= ended))]
     return len(outside) <= limit

@@ -148,10 +148,37 @@ def test_a_detection_from_a_closed_incidents_time_reaching_the_correlator_late_i
         "evidence": {}})
     (out,) = [o for o in engine.correlate(late) if isinstance(o, Detection)]
     assert out.incident == inc.incident
-    # and one after its end is its own
-    after = late.model_copy(update={"id": "det:x/after", "ts": inc.ended + 60 * S})
+    # one within settle (120 s) of its end is filed too: before the close it would have
+    # been a member's detection while open; one after that is its own
+    settled = late.model_copy(update={"id": "det:x/settle", "ts": inc.ended + 60 * S})
+    (out,) = [o for o in engine.correlate(settled) if isinstance(o, Detection)]
+    assert out.incident == inc.incident
+    after = late.model_copy(update={"id": "det:x/after", "ts": inc.ended + 121 * S})
     (out,) = [o for o in engine.correlate(after) if isinstance(o, Detection)]
     assert out.incident is None
+
+
+def test_a_members_bounce_read_after_the_close_is_the_incidents_as_if_read_in_time() -> None:
+    """A member bounces three more times within settle of the reboot's last up, and those
+    downs reach the correlator late (a poller's counters), after the incident closed. Read
+    in time they extend the incident, which excuses them; read late they are excused all
+    the same: no flap, no runbook for a cable of the rebooted switch."""
+    bounces = flap("leaf-su01-r4", 33, 140 * S, n=3, gap=10 * S)  # 140-162 s; ended 135 s
+    # in time: the incident takes them (its members' downs while open)
+    dets, incs, _ = run([topology(), *spine_reboot(0), *bounces, *ticks(0, 600 * S)])
+    assert not [d for d in dets if d.detection.value == "flap"]
+    assert len({i.incident for i in incs}) == 1
+    # late: the incident closed at 255 s on the clock; the bounces' downs arrive at 300 s
+    engine = Engine(Policy())
+    engine.feed_all(topology())
+    for ev in sorted([*spine_reboot(0), *ticks(0, 300 * S)], key=lambda e: e.ts):
+        engine.feed_all(ev)
+    late: list[object] = []
+    for ev in bounces:
+        late += engine.feed_all(ev)
+    flaps = [d for d in late if isinstance(d, Detection) and d.detection.value == "flap"]
+    assert all(d.incident is not None for d in flaps), flaps
+    assert not [d for d in late if isinstance(d, Incident) and d.state == "open"]
 
 
 def test_after_the_incident_a_link_is_judged_on_its_own() -> None:
