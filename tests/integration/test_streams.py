@@ -294,3 +294,37 @@ async def test_trap_path_apart_gives_exactly_replays_detections(kafka_bootstrap:
     finally:
         traps.stop()
         rest.stop()
+
+
+@pytest.mark.parametrize("after", [1, 5])
+async def test_trap_path_apart_killed_mid_stream_gives_exactly_replays_detections(
+        kafka_bootstrap: str, tmp_path: Path, after: int) -> None:
+    """The trap path apart, killed with SIGKILL once it has published ``after`` detections
+    and restarted: replay's detections all the same, each once or as identical copies
+    (refusals of the breaker by count, as ``assert_replays`` says)."""
+    app_id = f"fw-test-{uuid.uuid4().hex[:8]}"
+    rest = Worker(kafka_bootstrap, tmp_path, app_id, agents="rest")
+    traps = Worker(kafka_bootstrap, tmp_path, app_id, agents="traps")
+    tag = f"t{app_id.rsplit('-', 1)[1]}"
+    messages, want = sim_messages(tag)
+    prefix = f'"fabric":"{tag}"'.encode()
+    try:
+        # all sent first, as the test of the two apart does (a burst sent while the rest
+        # reads it moves its partitions' event-time lanes unevenly, which the stale
+        # detector may read as a silence: not what this test is about)
+        await send_all(kafka_bootstrap, messages)
+        await asyncio.to_thread(rest.start)
+        await asyncio.to_thread(traps.start)
+        first = await collect(kafka_bootstrap, "fabric.detections", after, prefix,
+                              settle=0.0)
+        assert len(first) >= after
+        await asyncio.to_thread(traps.kill)
+        await asyncio.to_thread(traps.start)
+        got = await collect(kafka_bootstrap, "fabric.detections", len(want), prefix,
+                            wait_s=180, settle=5.0, by_id=True)
+        assert_copies_identical(got)  # a redelivery after the kill repeats its outputs
+        once = list({orjson.loads(v)["id"]: v for v in got}.values())
+        assert_replays(once, want, traps.tail() + rest.tail())
+    finally:
+        traps.stop()
+        rest.stop()
