@@ -245,10 +245,7 @@ def judge_ecn(det: CountersDetector, state: dict[str, Any], event: Counters,
                       "min_ecn_to_pause_ratio": c.min_ecn_to_pause_ratio,
                       "interval_s": tally.dt_s}, detections)
     elif holder is not None:
-        del state["ecn"]
-        det._dirty = True  # noqa: SLF001
-        if holder in ports:
-            det._close(ports[holder], "ecn_pfc")  # noqa: SLF001
+        release(det, ports, state.pop("ecn"), "ecn_pfc")
 
 
 def judge_priorities(det: CountersDetector, state: dict[str, Any], event: Counters,
@@ -261,19 +258,12 @@ def judge_priorities(det: CountersDetector, state: dict[str, Any], event: Counte
     """
     c = det.cong
     ports: dict[str, PortState] = state["ports"]
-    device_holder = state.pop("ecn", None)
-    if device_holder is not None:  # the device now reports per queue: that basis ends
-        det._dirty = True  # noqa: SLF001
-        if device_holder in ports:
-            det._close(ports[device_holder], "ecn_pfc")  # noqa: SLF001
+    if "ecn" in state:  # the device now reports per queue: that basis ends
+        release(det, ports, state.pop("ecn"), "ecn_pfc")
     storms: dict[str, str] = state.get("txs") or {}
     if "d" in storms:  # ...and so does a device-basis storm: each queue's is judged now
-        storm_holder = storms.pop("d")
-        det._dirty = True  # noqa: SLF001
-        if storm_holder in ports:
-            det._close(ports[storm_holder], TX_STORM)  # noqa: SLF001
-        if not storms:
-            del state["txs"]
+        release(det, ports, storms.pop("d"), TX_STORM)
+        keep(state, "txs", storms)
     held: dict[str, str] = state.get("ecnq") or {}
     dt_s = tally.dt_s
     for prio in sorted(tally.prio):
@@ -298,14 +288,8 @@ def judge_priorities(det: CountersDetector, state: dict[str, Any], event: Counte
                           "min_ecn_to_pause_ratio": c.min_ecn_to_pause_ratio,
                           "interval_s": dt_s}, detections)
         elif holder is not None:
-            del held[key]
-            det._dirty = True  # noqa: SLF001
-            if holder in ports:
-                det._close(ports[holder], cond)  # noqa: SLF001
-    if held:
-        state["ecnq"] = held
-    else:
-        state.pop("ecnq", None)
+            release(det, ports, held.pop(key), cond)
+    keep(state, "ecnq", held)
 
 
 def tx_storm(det: CountersDetector, state: dict[str, Any], event: Counters,
@@ -331,8 +315,8 @@ def tx_storm(det: CountersDetector, state: dict[str, Any], event: Counters,
                 and top_pauses >= TX_STORM_SHARE * pauses)
     storming = dominant and tally.receiving.get(top_port) is False
     if storming and holder != str(top_port):
-        if holder is not None and holder in ports:
-            det._close(ports[holder], cond)  # noqa: SLF001
+        if holder is not None:
+            release(det, ports, holder, cond)
         storms[key] = str(top_port)
         det._dirty = True  # noqa: SLF001
         evidence: dict[str, Any] = {
@@ -346,15 +330,26 @@ def tx_storm(det: CountersDetector, state: dict[str, Any], event: Counters,
         det._open(ports[str(top_port)], cond, event, samples[top_port],  # noqa: SLF001
                   DetectionKind.PAUSE_STORM, c.action, evidence, detections)
     elif not storming and holder is not None:
-        del storms[key]
-        det._dirty = True  # noqa: SLF001
-        if holder in ports:
-            det._close(ports[holder], cond)  # noqa: SLF001
-    if storms:
-        state["txs"] = storms
-    else:
-        state.pop("txs", None)
+        release(det, ports, storms.pop(key), cond)
+    keep(state, "txs", storms)
     return dominant
+
+
+def release(det: CountersDetector, ports: dict[str, PortState], holder: str, cond: str
+            ) -> None:
+    """A device-wide episode ``cond`` held by port ``holder`` (taken off its holder map by
+    the caller) ends."""
+    det._dirty = True  # noqa: SLF001
+    if holder in ports:
+        det._close(ports[holder], cond)  # noqa: SLF001
+
+
+def keep(state: dict[str, Any], name: str, holders: dict[str, str]) -> None:
+    """A holder map (``ecnq``, ``txs``) in the state while it holds anything."""
+    if holders:
+        state[name] = holders
+    else:
+        state.pop(name, None)
 
 
 _PFCWD: dict[tuple[str, ...], bool] = {}  # by a sample's extra names: a host's repeat
