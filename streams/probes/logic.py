@@ -251,11 +251,16 @@ def _common_mode(st: dict[str, Any], probe: Probe, switch: str, links: list[str]
         return []
     eid = episode_id(DetectionKind.SLOW_PROBE, switch, 0, probe.ts, "common_mode")
     st["common"][switch] = [eid, probe.ts]
+    # cables of the switch confirmed alone before the others showed: already asked to be
+    # isolated, so the person the ticket reaches knows which to look at first
+    acted = sorted(k for k, n in st["named"].items()
+                   if len(n) > 2 and n[2] == switch and n[0] != "common")
     return [make_detection(
         kind=DetectionKind.SLOW_PROBE, fabric=probe.fabric, device=switch, port=0,
         ts=probe.ts, action="ticket", episode=eid,
         evidence={"localised": True, "common_mode": True, "scope": "device", "links": links,
-                  "probes": sorted(probes_seen), "pairs": sorted(pairs_seen), "by": "paths",
+                  "acted_on": acted, "probes": sorted(probes_seen),
+                  "pairs": sorted(pairs_seen), "by": "paths",
                   "why": "slow pairs name this many cables of one switch: the switch or a "
                          "congestion through it, not each cable"})]
 

@@ -155,6 +155,28 @@ def test_slow_pairs_across_many_cables_of_one_switch_are_one_common_mode_ticket(
     assert [(d.device, d.port, d.action.value) for d in out] == [("leaf-su01-r1", 0, "ticket")]
     ev = out[0].evidence
     assert ev["common_mode"] is True and len(ev["links"]) == 4 and len(ev["pairs"]) == 6
+    assert ev["acted_on"] == []
+
+
+def test_a_cable_confirmed_before_its_switchs_common_mode_showed_is_named_in_its_ticket(
+        ) -> None:
+    """One cable's pairs were slow first and it was confirmed alone (asked to be isolated);
+    then the rest of the switch's pairs slowed: the common-mode ticket names that cable as
+    acted on, and no other cable is isolated."""
+    routes = lab_routes()
+    first = [probe(0, "node0001", "node0002", 240, rail=1),
+             probe(1000, "node0002", "node0003", 238, rail=1)]
+    later = [probe(90_000 + n * 1000, a, b, 230, rail=1)
+             for n, (a, b) in enumerate([("node0001", "node0003"), ("node0001", "node0004"),
+                                         ("node0003", "node0004"), ("node0002", "node0004")])]
+    state = None
+    out = []
+    for p in [*first, tick(first[-1]), *later, tick(later[-1]), tick(tick(later[-1]))]:
+        state, dets = step(state, p, POLICY, routes)
+        out += [d for d in dets if d.evidence["localised"]]
+    assert [(d.port == 0, d.action.value) for d in out] == [(False, "isolate_port"),
+                                                            (True, "ticket")]
+    assert out[1].evidence["acted_on"] == [out[0].evidence["link"]]
 
 
 def test_route_book_keeps_a_cable_the_newest_snapshot_lost() -> None:
