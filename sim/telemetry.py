@@ -211,6 +211,10 @@ class Simulator:
                 idx.append(pi)
             self.dev_ports.append((device, idx))
         n = len(self.p_dev)
+        # the far end of each port's cable: what a port receives is what its peer sends
+        self.p_peer: list[int | None] = [
+            self.port_index.get(self.links[li].other_end(d, p))
+            for d, p, li in zip(self.p_dev, self.p_port, self.p_link, strict=True)]
         self.cnt: list[list[int]] = [[0] * len(COUNTER_FIELDS) for _ in range(n)]
         # PortXmitData (4-octet words) and, with RoCE, microseconds paused (mlx5's
         # rx_prio*_pause_duration): beside cnt, which follows the ledger's counter columns
@@ -872,6 +876,9 @@ class Simulator:
         s["pfc_pause_rx"] = c[PRX]
         s["pfc_pause_tx"] = c[PTX]
         s["ecn_marked"] = c[ECN]
+        peer = self.p_peer[pi]
+        if peer is not None:  # PortRcvData: its peer's PortXmitData (as of the peer's last)
+            s["port_rcv_data"] = self.xdata[peer]
         paused = PAUSED_BUSY * ut * (0.5 + u1)
         if m is not None and m.paused:
             paused = m.paused

@@ -43,6 +43,9 @@ if TYPE_CHECKING:
 
 CONGESTION, HOT, PFCWD = "congestion", "hot_uplink", "pause_storm:pfcwd"
 TX_STORM = "pause_storm:tx"
+# EcnTally.receiving of a port whose port_rcv_data has no interval yet (its first reading,
+# or after a gap): neither receiving nor not, so nothing is judged on it this time
+UNSETTLED = "unsettled"
 # The share of a device's transmitted pauses one port sends for them to be its storm, not
 # the device's configuration (a misconfigured queue pauses out of every ingress port).
 TX_STORM_SHARE = 0.9
@@ -202,11 +205,12 @@ class EcnTally:
         self.ports = 0
         self.prio: dict[int, list[int]] = {}
         self.by_prio = False
-        # per port: whether data came in over the interval (None: no port_rcv_data)
-        self.receiving: dict[int, bool | None] = {}
+        # per port: whether data came in over the interval (None: no port_rcv_data;
+        # UNSETTLED: the counter has no interval yet)
+        self.receiving: dict[int, bool | str | None] = {}
 
     def add(self, port: int, pauses: int, marks: int, dt_s: float,
-            receiving: bool | None = None) -> None:
+            receiving: bool | str | None = None) -> None:
         self.receiving[port] = receiving
         self.pauses += pauses
         self.marks += marks
@@ -227,11 +231,18 @@ def judge_ecn(det: CountersDetector, state: dict[str, Any], event: Counters,
         return
     pause_rate = tally.pauses / tally.dt_s
     ecn_rate = tally.marks / tally.dt_s
+    ports: dict[str, PortState] = state["ports"]
+    # the device reports sums only now: its per-priority episodes (ECN and storms) end
+    for prio, queue_holder in (state.pop("ecnq", None) or {}).items():
+        release(det, ports, queue_holder, f"ecn_pfc:q{prio}")
+    storms: dict[str, str] = state.get("txs") or {}
+    for prio in [k for k in storms if k != "d"]:
+        release(det, ports, storms.pop(prio), f"{TX_STORM}:q{prio}")
+    keep(state, "txs", storms)
     if tx_storm(det, state, event, samples, tally, tally.top_port, tally.top_pauses,
                 tally.pauses, tally.marks, tally.dt_s, None, detections):
         return  # the device's pauses are one port's storm: no verdict on its configuration
     holder = state.get("ecn")
-    ports: dict[str, PortState] = state["ports"]
     if (pause_rate >= c.min_pause_frames_per_s
             and ecn_rate < c.min_ecn_to_pause_ratio * pause_rate):
         if holder is not None and holder in ports:
@@ -296,24 +307,27 @@ def tx_storm(det: CountersDetector, state: dict[str, Any], event: Counters,
              samples: dict[int, PortSample], tally: EcnTally, top_port: int, top_pauses: int,
              pauses: int, marks: int, dt_s: float, prio: int | None,
              detections: list[Detection]) -> bool:
-    """Whether the device's transmitted pauses (of ``prio``; None: all) are one link's: one
-    port sends them at the storm rate (``pause_frames_per_s_storm``, the rate that makes a
-    storm of the pauses its peer receives) and carries ``TX_STORM_SHARE`` of them. The
-    device's pause excess is then that link's, not its ECN configuration: no
-    ``ecn_pfc_misconfig`` is judged on it meanwhile. The link's receiving end judges it by
-    the watchdog rule; where this port says nothing came in over the interval
-    (``port_rcv_data`` known and unchanged: the peer's queue is stuck, not draining), it is
-    a ``pause_storm`` seen from this end as well (a host whose NIC reports nothing is found
-    this way). ``state["txs"]`` maps ``"d"`` or the priority to the storming port."""
+    """Whether the device's transmitted pauses (of ``prio``; None: all) are one link's
+    pause storm, seen from its sending end; then no ``ecn_pfc_misconfig`` is judged on them.
+
+    One port sends them at the storm rate (``pause_frames_per_s_storm``, the rate that makes
+    a storm of the pauses its peer receives), ``TX_STORM_SHARE`` of them, and nothing came
+    in on it over the interval (``port_rcv_data`` unchanged: the peer's queue is stuck, not
+    draining; without the counter, as the watchdog rule at the receiving end, unknown does
+    not excuse): a ``pause_storm`` of that port (a host whose NIC reports nothing is found
+    this way). With data coming in it is heavy congestion through one port, which the ECN
+    rule judges as ever. In the counter's first interval nothing is judged either way.
+    ``state["txs"]`` maps ``"d"`` or the priority to the storming port."""
     c = det.cong
     ports: dict[str, PortState] = state["ports"]
     storms: dict[str, str] = state.get("txs") or {}
     key = "d" if prio is None else str(prio)
     cond = TX_STORM if prio is None else f"{TX_STORM}:q{prio}"
     holder = storms.get(key)
-    dominant = (top_pauses / dt_s >= c.pause_frames_per_s_storm
+    receiving = tally.receiving.get(top_port)
+    dominant = (receiving is not True and top_pauses / dt_s >= c.pause_frames_per_s_storm
                 and top_pauses >= TX_STORM_SHARE * pauses)
-    storming = dominant and tally.receiving.get(top_port) is False
+    storming = dominant and receiving is not UNSETTLED
     if storming and holder != str(top_port):
         if holder is not None:
             release(det, ports, holder, cond)
@@ -323,13 +337,14 @@ def tx_storm(det: CountersDetector, state: dict[str, Any], event: Counters,
             "rule": "pause_tx", "scope": "port", "pause_tx_per_s": round(top_pauses / dt_s, 1),
             "device_pause_tx_per_s": round(pauses / dt_s, 1),
             "share_of_device_pauses": round(top_pauses / pauses, 3),
-            "ecn_marked_per_s": round(marks / dt_s, 1), "receiving": False,
+            "ecn_marked_per_s": round(marks / dt_s, 1),
+            "receiving": False if receiving is False else None,
             "threshold_per_s": c.pause_frames_per_s_storm, "interval_s": dt_s}
         if prio is not None:
             evidence["priority"] = prio
         det._open(ports[str(top_port)], cond, event, samples[top_port],  # noqa: SLF001
                   DetectionKind.PAUSE_STORM, c.action, evidence, detections)
-    elif not storming and holder is not None:
+    elif not dominant and holder is not None:  # (unsettled: as it was)
         release(det, ports, storms.pop(key), cond)
     keep(state, "txs", storms)
     return dominant

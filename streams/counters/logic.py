@@ -164,6 +164,8 @@ class CountersDetector:
         # whether the plan's facts (expectation, media, uplinks) apply to a fabric's events
         self.planned: Callable[[str], bool] = planned or (lambda fabric: True)
         self._ecn: congestion.EcnTally | None = None
+        # ports whose episodes the device-wide rules open or close (step_columns' view)
+        self._touched: list[PortState] | None = None
         self.media_of = media  # the plan's cable media, for a sample that does not say
         fh = policy.fabric_health
         er = fh.error_rates
@@ -252,9 +254,20 @@ class CountersDetector:
             out.judged = sorted([*out.judged, *quiet], key=lambda j: at[j[0]])
         for ps in view.states:  # the quiet ones; the judged ones are already
             ps[0] = ts
+        # the device-wide rules (ECN, storms, hot uplinks) may open or close a port's
+        # episode: the view is laid out again after them, those ports with it
+        touched: list[PortState] = []
+        self._touched = touched
+        try:
+            done = self._finish(state, head, lambda: {s.port: s for s in event.rows().ports},
+                                out)
+        finally:
+            self._touched = None
+        if touched:
+            ids = {id(ps) for ps in touched}
+            slow = sorted({*slow, *(i for i, ps in enumerate(view.states) if id(ps) in ids)})
         columns.refresh(view, ts, slow)
-        return (*self._finish(state, head, lambda: {s.port: s for s in event.rows().ports},
-                              out), view)
+        return (*done, view)
 
     def _sample(self, state: DeviceState, event: Counters, sample: PortSample,
                 out: _Outputs) -> None:
@@ -395,6 +408,8 @@ class CountersDetector:
         """Open the episode ``cond`` unless it is open; fire its one detection."""
         if self._is_open(ps, cond):
             return
+        if self._touched is not None:
+            self._touched.append(ps)
         opened = self._ext(ps).setdefault("o", {})
         eid = episode_id(kind, event.device, sample.port, event.ts, cond)
         opened[cond] = eid
@@ -407,6 +422,8 @@ class CountersDetector:
         if ext is None or cond not in ext.get("o", ()):
             return
         self._dirty = True
+        if self._touched is not None:
+            self._touched.append(ps)
         ext["o"].pop(cond, None)
         if not ext["o"]:
             del ext["o"]
@@ -650,12 +667,14 @@ class CountersDetector:
             # Whether data came in over the interval: a port pausing its peer at the storm
             # rate with nothing coming in is that link's storm (congestion.tx_storm)
             rcv = sample.__dict__["port_rcv_data"]
-            receiving = None
+            receiving: bool | str | None = None  # no port_rcv_data: unknown
             if rcv is not None:
                 ext = self._ext(ps)
                 rb = ext.get("rd")
                 if rb is not None and rb[0] == ts - dt_ms:
                     receiving = (rcv - rb[1] if rcv >= rb[1] else rcv) > 0
+                else:  # the counter is there, its interval not yet: not judged this time
+                    receiving = congestion.UNSETTLED
                 ext["rd"] = [ts, rcv]
             acc.add(sample.port, deltas[_I_PTX], deltas[_I_ECN], dt_s, receiving)
             congestion.tally_priorities(self, ps, sample.port, sample.__pydantic_extra__, acc)

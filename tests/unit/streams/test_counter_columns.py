@@ -258,3 +258,59 @@ def test_credit_wait_windows_close_from_the_columns_and_a_congested_port_is_judg
         kinds += [d.detection.value for d in b[1]]
     assert "congestion" in kinds
     assert sum(j for j, _ in closed) >= 2 * 6 and sum(b for _, b in closed) >= 1, closed
+
+
+@st.composite
+def pause_plan(draw: st.DrawFn) -> list[tuple[int, list[dict[str, Any]], str]]:
+    """Counters that only grow, of RoCE ports pausing: at the storm rate, a little, or not,
+    with or without marks and received data, per priority or summed."""
+    ports = draw(st.lists(st.integers(1, 6), min_size=1, max_size=4, unique=True))
+    prio = draw(st.booleans())
+    cur = {p: {"port": p, "pfc_pause_tx": 0, "ecn_marked": 0, "pfc_pause_rx": 0,
+               "port_rcv_data": 0} for p in ports}
+    if prio:
+        for p in ports:
+            cur[p].update(pfc3_tx=0, ecn_marked_q3=0)
+    ts, out = 1_700_000_000_000, []
+    for _ in range(draw(st.integers(2, 12))):
+        ts += draw(st.sampled_from([10_000, 10_000, 20_000, 0]))
+        for p in ports:
+            mode = draw(st.sampled_from(["storm", "some", "same"]))
+            d = {"storm": 900_000, "some": 20_000, "same": 0}[mode]
+            cur[p]["pfc_pause_tx"] += d
+            if prio:
+                cur[p]["pfc3_tx"] += d
+            cur[p]["ecn_marked"] += draw(st.sampled_from([0, 0, 60_000]))
+            rcv = draw(st.sampled_from(["same", "more", "gone"]))
+            if rcv == "gone":
+                cur[p]["port_rcv_data"] = None
+            elif cur[p]["port_rcv_data"] is None:
+                cur[p]["port_rcv_data"] = 5
+            elif rcv == "more":
+                cur[p]["port_rcv_data"] += 10**6
+        chosen = draw(st.lists(st.sampled_from(ports), min_size=1, unique=True))
+        out.append((ts, [dict(cur[p]) for p in sorted(chosen)],
+                    draw(st.sampled_from(["keep"] * 6 + ["drop", "reload"]))))
+    return out
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(plan=pause_plan())
+def test_columnar_path_equals_the_per_sample_path_for_pauses(
+        plan: list[tuple[int, list[dict[str, Any]], str]]) -> None:
+    """The device-wide rules (ECN vs PFC, the sending end's storm) open and close episodes
+    after the ports are judged: a kept view must see them (the rows and columns agree)."""
+    rows_det, cols_det = CountersDetector(Policy()), CountersDetector(Policy())
+    rows_state: dict[str, Any] | None = None
+    cols_state: dict[str, Any] | None = None
+    view: View | None = None
+    for i, (ts, samples, fate) in enumerate(plan):
+        msg = _columns(i, ts, "gnmi", samples)
+        if fate == "drop":
+            view = None
+        elif fate == "reload" and cols_state is not None:
+            cols_state = orjson.loads(orjson.dumps(cols_state))
+        a = rows_det.step(rows_state, msg.rows())
+        b = cols_det.step_columns(cols_state, msg, view)
+        assert _wire(a) == _wire(b), i
+        rows_state, cols_state, view = a[0], b[0], b[3]

@@ -240,18 +240,43 @@ def test_one_port_sending_a_storm_of_pauses_is_its_storm_not_the_devices_ecn() -
     assert run.kinds()[-1] == ("pause_storm", 1, 40 * S)
 
 
-@pytest.mark.parametrize("rcv", [(7, 5_000_007), (None, None)], ids=["draining", "unknown"])
-def test_one_links_pauses_while_data_comes_in_or_unknown_are_no_verdict_here(
-        rcv: tuple[int | None, int | None]) -> None:
-    """Data still comes in (the peer drains: heavy congestion) or nothing says: the pauses
-    are still one link's, judged at its receiving end by the watchdog rule; no ECN verdict
-    on the device and no storm from this end."""
+def test_one_port_pausing_at_the_storm_rate_while_data_comes_in_is_judged_by_ecn() -> None:
+    """Data still comes in on the port (its peer drains): heavy congestion through one port,
+    not a storm; with no marks that is the ECN rule's verdict, as ever."""
     run = Run()
-    run(msg(0, sample(port=1, pfc_pause_tx=0, ecn_marked=0, port_rcv_data=rcv[0]),
+    run(msg(0, sample(port=1, pfc_pause_tx=0, ecn_marked=0, port_rcv_data=7),
             sample(port=2, pfc_pause_tx=0, ecn_marked=0)))
-    run(msg(10 * S, sample(port=1, pfc_pause_tx=800_000, ecn_marked=0, port_rcv_data=rcv[1]),
-            sample(port=2, pfc_pause_tx=5_000, ecn_marked=0)))
-    assert run.kinds() == []
+    for i in (1, 2):  # (the receive counter's first interval, 10 s, judges nothing)
+        run(msg(i * 10 * S, sample(port=1, pfc_pause_tx=i * 800_000, ecn_marked=0,
+                                   port_rcv_data=7 + i * 5_000_000),
+                sample(port=2, pfc_pause_tx=i * 5_000, ecn_marked=0)))
+    assert run.kinds() == [("ecn_pfc_misconfig", 1, 20 * S)]
+
+
+def test_without_a_receive_counter_one_ports_storm_rate_pauses_are_its_storm() -> None:
+    """No port_rcv_data (a single-port NIC, a collector without it): as the watchdog rule
+    at the receiving end, unknown does not excuse; a storm of the port, no ECN verdict."""
+    run = Run()
+    run(msg(0, sample(port=1, pfc_pause_tx=0, ecn_marked=0)))
+    run(msg(10 * S, sample(port=1, pfc_pause_tx=800_000, ecn_marked=0)))
+    assert run.kinds() == [("pause_storm", 1, 10 * S)]
+    assert run.fired[0].evidence["receiving"] is None
+
+
+def test_a_device_back_to_sums_ends_its_priority_storm() -> None:
+    """A device that reported per priority and now reports sums only: its per-priority
+    episodes end, so a later storm on that priority is a new episode."""
+    def prio(t: int, tx: int) -> PortSample:
+        return sample(port=1, pfc_pause_tx=tx, ecn_marked=0, port_rcv_data=7,
+                      pfc3_tx=tx, ecn_marked_q3=0)
+
+    run = Run()
+    for i in range(3):
+        run(msg(i * 10 * S, prio(i, i * 800_000)))
+    assert run.kinds() == [("pause_storm", 1, 20 * S)]  # (received data compared from 20 s)
+    assert run.state is not None and "3" in run.state["txs"]
+    run(msg(30 * S, sample(port=1, pfc_pause_tx=1_600_000, ecn_marked=0, port_rcv_data=7)))
+    assert "txs" not in run.state and not run.state["ports"]["1"][2].get("o")
 
 
 def test_storm_rate_pauses_spread_over_ports_are_the_devices_configuration() -> None:
