@@ -294,9 +294,13 @@ def _port_event(st: dict[str, Any], idx: dict[str, Any], ev: PortEvent, policy: 
         _note_up(st, link, ev.ts, horizon)
     if ev.state != "down" or (ev.phys_state or "").lower() == DISABLED:
         return  # an up only ends a down; a port disabled on purpose is no reboot
-    if _closed_member_down(st, ends, ev.ts):
-        return  # a down of an incident already closed, read again (a restart's redelivery)
+    # a down a closed incident holds (read again after a restart, or read late) is that
+    # incident's: it counts for no burst of its root, but for another root's, as a down of
+    # an open incident's link does (a node rebooting just after its leaf did)
+    covered = _closed_roots(st, ends, ev.ts)
     for kind, root in _roots(ends):
+        if root in covered:
+            continue
         held = next((inc for inc in st["open"].values() if inc["root"] == root), None)
         if held is not None:
             member = link not in held["links"]  # one more link of the root: a new member
@@ -313,7 +317,7 @@ def _port_event(st: dict[str, Any], idx: dict[str, Any], ev: PortEvent, policy: 
         if _enough(kind, root, len(burst), idx, policy):
             _open(st, idx, kind, root, burst, ev, su_of, out)
             del st["recent"][f"{kind}:{root}"]
-    if ev.source in SM_SOURCES:
+    if ev.source in SM_SOURCES and not covered:
         _sm_down(st, idx, link, ends, ev, policy, su_of, out, horizon)
     # what can no longer join anything, even arriving late
     for rkey in [k for k, v in st["recent"].items()
@@ -353,11 +357,12 @@ def _covers(closed: dict[str, Any]) -> int:
     return int(closed.get("covers", closed["ended"]))
 
 
-def _closed_member_down(st: dict[str, Any], ends: list[str], ts: int) -> bool:
-    """A down of a link that a closed incident holds, inside its time: that incident's own
-    down, read again after a restart (or arriving after the close). It opens nothing."""
-    return any(c["started"] <= ts <= _covers(c)
-               and all(k in c["members"] for k in ends) for c in st["closed"].values())
+def _closed_roots(st: dict[str, Any], ends: list[str], ts: int) -> set[str]:
+    """The roots of the closed incidents that hold a down of this link at ``ts`` (inside
+    what they cover): that incident's own down, read again after a restart or after the
+    close. It opens nothing for that root."""
+    return {c["root"] for c in st["closed"].values()
+            if c["started"] <= ts <= _covers(c) and all(k in c["members"] for k in ends)}
 
 
 def _sm_down(st: dict[str, Any], idx: dict[str, Any], link: str, ends: list[str],

@@ -617,3 +617,41 @@ def test_a_down_reported_after_its_links_up_does_not_hold_the_incident_open() ->
     assert len(closed) == 1 and "still_down" not in closed[0].evidence
     assert closed[0].ts < BASE + 400 * S
     assert "leaf-su01-r4:33" in closed[0].members
+
+
+def test_a_node_rebooting_just_after_its_leaf_is_its_own_incident_read_late_too() -> None:
+    """Leaf leaf-su01-r1 reboots (down at 0 s, back at 60 s); node01 reboots at 150 s, one
+    of its rails on that leaf, a member of the leaf's closed incident, inside what it covers.
+    Read late (after the leaf's incident closed) the node's downs still make its node
+    incident, as read in time: the closed incident holds the down for its own root only."""
+    ports = (1, 2, 3, 4, 33, 34)
+    leaf = [down("leaf-su01-r1", p, 200 * i) for i, p in enumerate(ports)]
+    leaf += [down("leaf-su01-r1", p, 60 * S + 100 * i, "up") for i, p in enumerate(ports)]
+    node = []
+    for k in range(3):
+        for r in range(4):
+            node.append(down(f"node01/mlx5_{r}", 1, 150 * S + k * 10 * S + r * 100))
+            node.append(down(f"node01/mlx5_{r}", 1, 150 * S + k * 10 * S + 5 * S + r * 100,
+                             "up"))
+
+    def outcome(out: list[object]) -> tuple[set[tuple[str, str]], list[str]]:
+        incs = {(i.cause.value, i.root) for i in out if isinstance(i, Incident)}
+        acting = [d.key for d in out if isinstance(d, Detection) and d.incident is None
+                  and d.action == Action.ISOLATE_PORT]
+        return incs, acting
+
+    in_time = Engine(Policy())
+    in_time.feed_all(topology())
+    out: list[object] = []
+    for ev in sorted([*leaf, *node, *ticks(0, 600 * S)], key=lambda e: e.ts):
+        out += in_time.feed_all(ev)
+    want = ({("switch_reboot", "leaf-su01-r1"), ("node_reboot", "node01")}, [])
+    assert outcome(out) == want
+    late = Engine(Policy())
+    late.feed_all(topology())
+    out = []
+    for ev in sorted([*leaf, *ticks(0, 300 * S)], key=lambda e: e.ts):
+        out += late.feed_all(ev)
+    for ev in [*node, *ticks(300 * S, 600 * S)]:
+        out += late.feed_all(ev)
+    assert outcome(out) == want
