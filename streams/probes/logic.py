@@ -160,8 +160,13 @@ def step(state: dict[str, Any] | None, probe: Probe, policy: Policy,
             continue
         if st["fast"].get(key, horizon) >= min(s[0] for s in sharing):
             continue  # a fast probe crossed it meanwhile: not this cable
-        if key in st["named"]:
-            st["named"][key][1] = probe.ts  # still implicated: the same episode goes on
+        named = st["named"].get(key)
+        if named is not None:  # still implicated: the same episode goes on
+            named[1] = probe.ts
+            if named[0] == COMMON and len(named) == 7:
+                named[5], named[6] = sorted(s[1] for s in sharing), sorted(distinct)
+            elif named[0] != COMMON and len(named) == 4:
+                named[3] = sorted(distinct)
             continue
         if routed:  # acted on once confirmed, unless its switch is the common cause
             ids, pairs = sorted(s[1] for s in sharing), sorted(distinct)
@@ -173,7 +178,7 @@ def step(state: dict[str, Any] | None, probe: Probe, policy: Policy,
             continue
         device, _, port_s = port_key.rpartition(":")
         eid = episode_id(DetectionKind.SLOW_PROBE, device, int(port_s), probe.ts, "localised")
-        st["named"][key] = [eid, probe.ts, device]
+        st["named"][key] = [eid, probe.ts]  # (an endpoint's: no switch, no common mode)
         detections.append(make_detection(
             kind=DetectionKind.SLOW_PROBE, fabric=probe.fabric, device=device,
             port=int(port_s), ts=probe.ts,
@@ -194,15 +199,31 @@ def _confirm(st: dict[str, Any], probe: Probe, policy: Policy, horizon: int
              ) -> list[Detection]:
     """The cables routes named that have stayed named ``localiseConfirm``: each one's
     ``slow_probe`` with the policy's action, unless ``commonModeCables`` cables of its
-    switch are named (pending or acted on) within the window: then they are the switch's
-    (or a congestion's through it), one ``common_mode`` ticket at the switch (port 0) and
-    none of them acted on. Dropped meanwhile: a cable no slow probe named within the
-    window, or one a fast probe is known to have crossed since it was named."""
+    switch are named (pending, acted on, or already its common mode) within the window:
+    then they are the switch's (or a congestion's through it), one ``common_mode`` ticket at
+    the switch (port 0) and none of them acted on.
+
+    First, what no longer counts goes, whatever order the cables sort in: a cable no slow
+    probe named within the window, or one a fast probe is known to have crossed since it was
+    named (pending or in a common mode). A common mode left with fewer than
+    ``commonModeCables`` cables is over: its cables are pending again, from now (a bad cable
+    among healthy ones that were slow beside it is then acted on, alone)."""
     section = policy.fabric_health.probes
     pending: dict[str, list[Any]] = st["pending"]
     named: dict[str, list[Any]] = st["named"]
-    st["common"] = {sw: v for sw, v in st["common"].items()
-                    if any(len(n) > 2 and n[2] == sw for n in named.values())}
+    for key in [k for k, e in pending.items()
+                if e[1] <= horizon or st["fast"].get(k, horizon) >= e[0]]:
+        del pending[key]
+    for key in [k for k, n in named.items() if n[0] == COMMON
+                and (len(n) < 7 or st["fast"].get(k, horizon) >= n[3])]:
+        del named[key]
+    for switch in list(st["common"]):
+        if len(_implicated(st, switch)) < section.common_mode_cables:
+            del st["common"][switch]
+            for key in sorted(k for k, n in named.items()
+                              if n[0] == COMMON and n[2] == switch):
+                _, last, _, _, port_key, ids, pairs = named.pop(key)
+                pending[key] = [probe.ts, last, port_key, ids, pairs]
     out: list[Detection] = []
     confirm_ms = round(section.localise_confirm * 1000)
     for key in sorted(pending):
@@ -210,21 +231,19 @@ def _confirm(st: dict[str, Any], probe: Probe, policy: Policy, horizon: int
         if entry is None:
             continue  # taken with its switch's common mode below
         first, last, port_key = entry[0], entry[1], entry[2]
-        if last <= horizon or st["fast"].get(key, horizon) >= first:
-            del pending[key]
-            continue
         if probe.ts - first < confirm_ms:
             continue
         switch = _switch(port_key)
-        siblings = sorted({k for k, e in pending.items() if _switch(e[2]) == switch}
-                          | {k for k, n in named.items() if len(n) > 2 and n[2] == switch})
-        if len(siblings) >= section.common_mode_cables:
-            out += _common_mode(st, probe, switch, siblings)
+        implicated = _implicated(st, switch)
+        if key not in implicated:
+            continue  # its slow pairs are a cable's with more: that one explains them
+        if len(implicated) >= section.common_mode_cables:
+            out += _common_mode(st, probe, switch, sorted(implicated))
             continue
         del pending[key]
         device, _, port_s = port_key.rpartition(":")
         eid = episode_id(DetectionKind.SLOW_PROBE, device, int(port_s), first, "localised")
-        named[key] = [eid, last, device]
+        named[key] = [eid, last, device, entry[4]]
         out.append(make_detection(
             kind=DetectionKind.SLOW_PROBE, fabric=probe.fabric, device=device,
             port=int(port_s), ts=probe.ts, action=section.action, episode=eid,
@@ -234,10 +253,37 @@ def _confirm(st: dict[str, Any], probe: Probe, policy: Policy, horizon: int
     return out
 
 
+# A named cable held in its switch's common mode: [COMMON, last named, switch, since,
+# port to act on, probes, pairs] (never acted on while it lasts). One acted on:
+# [episode, last named, switch, pairs]; one named by endpoints: [episode, last named].
+COMMON = "common"
+
+
+def _implicated(st: dict[str, Any], switch: str) -> set[str]:
+    """The switch's named cables (pending, acted on, or in its common mode) that no other
+    of them explains: one whose slow pairs are all among another's, and fewer, is that
+    other's shadow (a healthy cable whose every slow pair also crossed the bad one), not a
+    cable of its own; so is one whose pairs are all among those of a cable already acted on
+    (the known cause). Two not yet acted on, crossed by exactly the same pairs, cannot be
+    told apart: both."""
+    pairs: dict[str, frozenset[str]] = {
+        k: frozenset(e[4]) for k, e in st["pending"].items() if _switch(e[2]) == switch}
+    acted: set[str] = set()
+    for k, n in st["named"].items():
+        if n[0] == COMMON and len(n) == 7 and n[2] == switch:
+            pairs[k] = frozenset(n[6])
+        elif n[0] != COMMON and len(n) == 4 and n[2] == switch:
+            pairs[k] = frozenset(n[3])
+            acted.add(k)
+    return {k for k, mine in pairs.items()
+            if not any(mine < other or (j in acted and k not in acted and mine <= other)
+                       for j, other in pairs.items() if j != k)}
+
+
 def _common_mode(st: dict[str, Any], probe: Probe, switch: str, links: list[str]
                  ) -> list[Detection]:
     """The switch's pending cables named as its common mode (never acted on), and its one
-    ticket while any of its cables stays named."""
+    ticket while it lasts."""
     pending: dict[str, list[Any]] = st["pending"]
     probes_seen: set[str] = set()
     pairs_seen: set[str] = set()
@@ -246,7 +292,8 @@ def _common_mode(st: dict[str, Any], probe: Probe, switch: str, links: list[str]
         if entry is not None:
             probes_seen.update(entry[3])
             pairs_seen.update(entry[4])
-            st["named"][key] = ["common", entry[1], switch]
+            st["named"][key] = [COMMON, entry[1], switch, probe.ts, entry[2], entry[3],
+                                entry[4]]
     if switch in st["common"]:
         return []
     eid = episode_id(DetectionKind.SLOW_PROBE, switch, 0, probe.ts, "common_mode")
@@ -254,7 +301,7 @@ def _common_mode(st: dict[str, Any], probe: Probe, switch: str, links: list[str]
     # cables of the switch confirmed alone before the others showed: already asked to be
     # isolated, so the person the ticket reaches knows which to look at first
     acted = sorted(k for k, n in st["named"].items()
-                   if len(n) > 2 and n[2] == switch and n[0] != "common")
+                   if len(n) == 4 and n[2] == switch and n[0] != COMMON)
     return [make_detection(
         kind=DetectionKind.SLOW_PROBE, fabric=probe.fabric, device=switch, port=0,
         ts=probe.ts, action="ticket", episode=eid,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import orjson
+import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
@@ -177,6 +179,69 @@ def test_a_cable_confirmed_before_its_switchs_common_mode_showed_is_named_in_its
     assert [(d.port == 0, d.action.value) for d in out] == [(False, "isolate_port"),
                                                             (True, "ticket")]
     assert out[1].evidence["acted_on"] == [out[0].evidence["link"]]
+
+
+def localised(routes: ProbeRoutes, probes: list[Probe]) -> list[tuple[int, int, str]]:
+    """(ms from BASE, port, action) of the localised detections, the state through JSON
+    after every step, as the worker stores it."""
+    state = None
+    out = []
+    for p in probes:
+        state, dets = step(state, p, POLICY, routes)
+        state = orjson.loads(orjson.dumps(state))
+        out += [(p.ts - BASE, d.port, d.action.value) for d in dets if d.evidence["localised"]]
+    return out
+
+
+@pytest.mark.parametrize("cleared", ["node0001", "node0004"])
+def test_a_cable_whose_slow_pairs_all_crossed_a_worse_one_is_its_shadow(cleared: str) -> None:
+    """node0003's cable is bad: its pairs with node0001 and node0004, both ways, are slow,
+    so the routes name node0001's and node0004's cables too (two slow pairs each). Those
+    pairs all crossed node0003's cable, which has more: only it is acted on, whichever
+    peer a fast probe clears meanwhile (the order of the cables' keys decides nothing)."""
+    routes = lab_routes()
+    slow = [probe(0, "node0003", "node0001", 230, rail=1),
+            probe(1000, "node0001", "node0003", 230, rail=1),
+            probe(2000, "node0003", "node0004", 230, rail=1),
+            probe(3000, "node0004", "node0003", 230, rail=1)]
+    out = localised(routes, [*slow, probe(65_000, cleared, "node0002", 400, rail=1)])
+    assert out == [(65_000, 3, "isolate_port")]
+
+
+def test_a_bad_cable_among_peers_slow_beside_it_is_acted_on_alone() -> None:
+    """node0001's cable is bad, probed both ways with node0002 and node0003 (their cables
+    named beside it, each by fewer pairs); later its pairs with node0004 are slow too, and
+    node0002 <-> node0003 fast. Only node0001's cable is acted on, once."""
+    routes = lab_routes()
+    seq = [probe(0, "node0001", "node0002", 230, rail=1),
+           probe(1000, "node0002", "node0001", 230, rail=1),
+           probe(2000, "node0001", "node0003", 230, rail=1),
+           probe(3000, "node0003", "node0001", 230, rail=1),
+           probe(70_000, "node0002", "node0003", 400, rail=1)]
+    for k in range(1, 12):
+        seq += [probe(71_000 + k * 60_000, "node0001", "node0004", 230, rail=1),
+                probe(72_000 + k * 60_000, "node0004", "node0001", 230, rail=1),
+                probe(73_000 + k * 60_000, "node0002", "node0003", 400, rail=1)]
+    assert localised(routes, seq) == [(70_000, 1, "isolate_port")]
+
+
+def test_a_common_mode_that_a_fast_probe_dissolves_acts_on_the_cable_left() -> None:
+    """Three cables of one leaf named together are its common mode (one ticket); a fast
+    probe then clears two of them: the one left is pending again and, still slow, acted on
+    after its own confirmation."""
+    routes = lab_routes()
+    # node0001's cable bad; node0002's and node0003's each crossed by one pair of their own
+    # too, so no cable's pairs are all among another's
+    seq = [probe(0, "node0001", "node0002", 230, rail=1),
+           probe(1000, "node0001", "node0003", 230, rail=1),
+           probe(2000, "node0002", "node0003", 230, rail=1),
+           probe(61_000, "elsewhere-a", "elsewhere-b", 400, rail=1),
+           probe(62_000, "node0002", "node0003", 400, rail=1)]
+    seq += [probe(63_000 + k * 20_000, "node0001", f"node000{2 + k % 2}", 230, rail=1)
+            for k in range(5)]
+    out = localised(routes, seq)
+    assert out[0] == (61_000, 0, "ticket")  # the common mode, at the leaf
+    assert out[1:] == [(out[1][0], 1, "isolate_port")] and out[1][0] >= 122_000
 
 
 def test_route_book_keeps_a_cable_the_newest_snapshot_lost() -> None:
