@@ -135,9 +135,21 @@ class DispatchStats:
 SOURCE = "fabricwatch"
 NO_TOPOLOGY = "no topology of this fabric has been seen yet"
 NOT_CABLED = "no topology snapshot of this fabric has this port cabled"
-# Ports reported one by one before the dispatcher stops paging each (a flood of invented
-# names must not become a flood of pages or an unbounded set); one page says so.
+# Ports of one fabric recorded one by one before the dispatcher stops (a flood of invented
+# names must not become a flood of records and pages, or an unbounded set); one page says so.
 MAX_REPORTED = 1000
+MAX_REPORTED_ALL = 16 * MAX_REPORTED  # over every fabric: the set stays bounded
+
+
+def _cause(det: Detection, reason: str) -> tuple[str, ...]:
+    """What one page is about: the fabric while it has no topology, else the device."""
+    return ((det.fabric, reason) if reason == NO_TOPOLOGY
+            else (det.fabric, det.device, reason))
+
+
+def _page_key(cause: tuple[str, ...]) -> str:
+    """A page's key (it reaches HTTP headers, Idempotency-Key): a digest, never a raw name."""
+    return "unknown_device/" + hashlib.sha256("\0".join(cause).encode()).hexdigest()[:20]
 
 
 def shown(name: str) -> str:
@@ -170,8 +182,9 @@ class Dispatcher:
         self.ticketing = ticketing
         self.records = records
         self._reported: set[tuple[str, str, str, int]] = set()  # ports recorded
+        self._counted: dict[str, int] = {}  # ports recorded, per fabric
         self._paged: set[tuple[str, ...]] = set()  # causes paged: a fabric or a device
-        self._flooded = False
+        self._flooded: set[str] = set()  # fabrics past MAX_REPORTED, their page sent
 
     def runbook_input(self, det: Detection) -> RemediationInput:
         port, peer = self.inventory.cable(det.fabric, det.device, det.port,
@@ -220,11 +233,14 @@ class Dispatcher:
         """The inventory's gate: True when the fabric's topology has cabled the port.
 
         Otherwise the detection starts nothing: the port is recorded as ``unknown_device``
-        the first time (per reason and port), and paged once per cause: once for a fabric
+        the first time (per reason and port), and its cause paged once: once for a fabric
         no topology has been seen of, once for a device it has not cabled, however many of
-        their ports are detected (each is in the ledger). A fabric in shadow mode records
-        and pages nothing: its runbooks would not page either. A record or page that fails is
-        logged and tried again at the port's next detection; it never starts a runbook.
+        their ports are detected (each is in the ledger). A detection in shadow mode (its
+        fabric's, or its kind's) is recorded and pages nothing: its runbook would not page
+        either; a later detection of the port that is not in shadow pages its cause. A
+        record or page that fails is logged and tried again at the port's next detection;
+        it never starts a runbook. Past ``MAX_REPORTED`` ports of one fabric, that fabric's
+        are no longer recorded one by one: one page says so (a fabric in shadow: none).
         """
         known = self.inventory.knows(det.fabric, det.device, det.port)
         if known:
@@ -234,43 +250,52 @@ class Dispatcher:
         key = (reason, det.fabric, det.device, det.port)
         log.warning("detection %s for %s:%d of fabric %s starts no runbook: %s", det.id,
                     shown(det.device), det.port, shown(det.fabric), reason)
-        if key in self._reported:
+        shadow = self.policy.fabric_health.shadow
+        quiet = shadow.applies(det.fabric, str(det.detection))
+        recorded = key in self._reported
+        if recorded and (quiet or _cause(det, reason) in self._paged):
             return False
-        if len(self._reported) >= MAX_REPORTED:
-            if not self._flooded and self.ticketing is not None:
-                self._flooded = True
-                log.error("more than %d unknown ports: no more pages for them", MAX_REPORTED)
+        if not recorded and (self._counted.get(det.fabric, 0) >= MAX_REPORTED
+                             or len(self._reported) >= MAX_REPORTED_ALL):
+            if det.fabric not in self._flooded and self.ticketing is not None and not (
+                    shadow.all or det.fabric in shadow.fabrics):
+                self._flooded.add(det.fabric)
+                log.error("more than %d unknown ports in fabric %s: no more pages for them",
+                          MAX_REPORTED, shown(det.fabric))
                 try:
                     await self.ticketing.page(
-                        "unknown_device/flood", f"more than {MAX_REPORTED} unknown ports: "
-                        "each starts no runbook; no more pages for them from this dispatcher",
-                        {"detection": "unknown_device", "reason": reason})
+                        _page_key(("flood", det.fabric)),
+                        f"more than {MAX_REPORTED} unknown ports in fabric "
+                        f"{shown(det.fabric)}: each starts no runbook; no more pages for "
+                        "them from this dispatcher",
+                        {"fabric": shown(det.fabric), "detection": "unknown_device",
+                         "reason": reason})
                 except Exception:  # noqa: BLE001 - logged above
                     log.exception("could not page the unknown-port flood")
             return False
         try:
-            await self.report_unknown(det, reason)
+            await self.report_unknown(det, reason, record=not recorded, page=not quiet)
         except Exception:  # noqa: BLE001 - a ticket or ledger outage must not stop dispatch
             log.exception("could not record or page unknown port %s:%d", shown(det.device),
                           det.port)
             return False
-        self._reported.add(key)
+        if not recorded:
+            self._reported.add(key)
+            self._counted[det.fabric] = self._counted.get(det.fabric, 0) + 1
         return False
 
-    async def report_unknown(self, det: Detection, reason: str) -> Detection:
-        """Record the port's ``unknown_device`` detection (one id per reason and port) and
-        page its cause the first time: the fabric (no topology yet) or the device (not
-        cabled). The ports of one cause share the page's key as their episode."""
+    async def report_unknown(self, det: Detection, reason: str, *, record: bool = True,
+                             page: bool = True) -> Detection:
+        """Record the port's ``unknown_device`` detection (one id per reason and port) and,
+        with ``page``, page its cause the first time: the fabric (no topology yet) or the
+        device (not cabled). The ports of one cause share the page's key as their episode."""
         digest = hashlib.sha256(f"{det.fabric}\0{det.device}\0{det.port}\0{reason}".encode()
                                 ).hexdigest()[:20]
         # one cause, one page: a fabric without topology is one fact, not one per port
-        cause = (det.fabric, reason) if reason == NO_TOPOLOGY else (det.fabric, det.device,
-                                                                   reason)
+        cause = _cause(det, reason)
         # the page key reaches HTTP headers (Idempotency-Key): a digest, never the raw name
-        page_key = "unknown_device/" + hashlib.sha256("\0".join(cause).encode()
-                                                      ).hexdigest()[:20]
+        page_key = _page_key(cause)
         name = f"{shown(det.device)}:{det.port}"
-        shadow = self.policy.fabric_health.shadow.applies(det.fabric, str(det.detection))
         unknown = Detection(
             # the device is in its own field: an id of two long names could pass 512 chars
             id=f"unknown_device/{det.fabric}/{digest}", ts=det.ts,
@@ -279,11 +304,11 @@ class Dispatcher:
             action=Action.PAGE, episode=page_key,
             evidence={"reason": reason, "shown": name, "detection_id": det.id,
                       "detection": str(det.detection), "episode": det.episode,
-                      "topology_ts": self.inventory.snapshot_ts, "paged": not shadow,
-                      **({"shadow": True} if shadow else {})})
-        if self.records is not None:
+                      "topology_ts": self.inventory.snapshot_ts, "paged": page,
+                      **({} if page else {"shadow": True})})
+        if record and self.records is not None:
             await self.records.write([unknown])
-        if self.ticketing is not None and not shadow and cause not in self._paged:
+        if page and self.ticketing is not None and cause not in self._paged:
             # no time and no triggering detection in the page: a restarted dispatcher's page
             # has the same body, so a receiver that deduplicates by Idempotency-Key drops it
             subject = (f"fabric {shown(det.fabric)}: no runbook starts ({reason}; first "

@@ -168,8 +168,42 @@ async def test_a_flood_of_invented_names_is_one_page_past_the_limit(
     disp, pages, sink = dispatcher(inv)
     for n in range(10):
         assert not await disp.handle(detection(f"ghost{n}", 1, n))
-    assert [key for _op, key, _s in pages.calls][-1] == "unknown_device/flood"
+    assert "more than 3 unknown ports in fabric f" in pages.calls[-1][2]
     assert len(pages.calls) == 4 and len(sink.records) == 3 and disp.stats.unknown == 10
+
+
+async def test_a_shadow_fabrics_flood_leaves_the_real_fabric_recorded_and_paged(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The flood limit is per fabric, and a shadow fabric's sends no page: an uncabled
+    device of the real fabric after a shadow fabric's thousand is still recorded and paged."""
+    import workflows.dispatch as dispatch
+
+    monkeypatch.setattr(dispatch, "MAX_REPORTED", 3)
+    pages, sink = RecordingTicketing(), MemorySink()
+    policy = Policy.model_validate({"fabricHealth": {"shadow": {"fabrics": ["g"]}}})
+    disp = Dispatcher(NoTemporal(), policy, Inventory(), task_queue="q",  # type: ignore[arg-type]
+                      ticketing=pages, records=sink)
+    for n in range(10):
+        shadowed = detection(f"ghost{n}", 1, n).model_copy(update={"fabric": "g"})
+        assert not await disp.handle(shadowed)
+    assert pages.calls == [] and len(sink.records) == 3
+    assert not await disp.handle(detection("leaf-su09-r1", 1, 99))
+    assert len(pages.calls) == 1 and len(sink.records) == 4
+
+
+async def test_a_port_recorded_in_shadow_is_paged_by_its_first_detection_that_is_not() -> None:
+    """Shadow by detection kind: a slow_probe's unknown port is recorded, not paged; the
+    same port's flap then pages its cause (once)."""
+    pages, sink = RecordingTicketing(), MemorySink()
+    policy = Policy.model_validate({"fabricHealth": {"shadow": {"detections": ["slow_probe"]}}})
+    disp = Dispatcher(NoTemporal(), policy, Inventory(), task_queue="q",  # type: ignore[arg-type]
+                      ticketing=pages, records=sink)
+    probe_det = detection("leaf-su01-r1", 3, 0).model_copy(update={"detection": "slow_probe"})
+    assert not await disp.handle(probe_det)
+    assert pages.calls == [] and len(sink.records) == 1
+    for n in (1, 2):
+        assert not await disp.handle(detection("leaf-su01-r1", 3, n))
+    assert len(pages.calls) == 1 and len(sink.records) == 1
 
 
 def test_a_link_down_during_discovery_is_still_one_cable() -> None:
