@@ -211,11 +211,12 @@ def _confirm(st: dict[str, Any], probe: Probe, policy: Policy, horizon: int
     section = policy.fabric_health.probes
     pending: dict[str, list[Any]] = st["pending"]
     named: dict[str, list[Any]] = st["named"]
+    fast: dict[str, int] = st["fast"]  # (a cable no fast probe crossed is not in it)
     for key in [k for k, e in pending.items()
-                if e[1] <= horizon or st["fast"].get(k, horizon) >= e[0]]:
+                if e[1] <= horizon or fast.get(k, -1) >= e[0]]:
         del pending[key]
     for key in [k for k, n in named.items() if n[0] == COMMON
-                and (len(n) < 7 or st["fast"].get(k, horizon) >= n[3])]:
+                and (len(n) < 7 or fast.get(k, -1) >= n[3])]:
         del named[key]
     for switch in list(st["common"]):
         if len(_implicated(st, switch)) < section.common_mode_cables:
@@ -226,6 +227,9 @@ def _confirm(st: dict[str, Any], probe: Probe, policy: Policy, horizon: int
                 pending[key] = [probe.ts, last, port_key, ids, pairs]
     out: list[Detection] = []
     confirm_ms = round(section.localise_confirm * 1000)
+    # each switch's implicated cables as of before this call's decisions: a cable acted on
+    # here does not explain away its twin (two cables crossed by the very same pairs)
+    before: dict[str, set[str]] = {}
     for key in sorted(pending):
         entry = pending.get(key)
         if entry is None:
@@ -234,7 +238,9 @@ def _confirm(st: dict[str, Any], probe: Probe, policy: Policy, horizon: int
         if probe.ts - first < confirm_ms:
             continue
         switch = _switch(port_key)
-        implicated = _implicated(st, switch)
+        implicated = before.get(switch)
+        if implicated is None:
+            implicated = before[switch] = _implicated(st, switch)
         if key not in implicated:
             continue  # its slow pairs are a cable's with more: that one explains them
         if len(implicated) >= section.common_mode_cables:
@@ -269,10 +275,12 @@ def _implicated(st: dict[str, Any], switch: str) -> set[str]:
     pairs: dict[str, frozenset[str]] = {
         k: frozenset(e[4]) for k, e in st["pending"].items() if _switch(e[2]) == switch}
     acted: set[str] = set()
+    fast: dict[str, int] = st["fast"]
     for k, n in st["named"].items():
         if n[0] == COMMON and len(n) == 7 and n[2] == switch:
             pairs[k] = frozenset(n[6])
-        elif n[0] != COMMON and len(n) == 4 and n[2] == switch:
+        elif (n[0] != COMMON and len(n) == 4 and n[2] == switch
+              and fast.get(k, -1) <= n[1]):  # (one a fast probe crossed since: not a cause)
             pairs[k] = frozenset(n[3])
             acted.add(k)
     return {k for k, mine in pairs.items()

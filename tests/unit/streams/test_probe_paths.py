@@ -244,6 +244,26 @@ def test_a_common_mode_that_a_fast_probe_dissolves_acts_on_the_cable_left() -> N
     assert out[1:] == [(out[1][0], 1, "isolate_port")] and out[1][0] >= 122_000
 
 
+def test_a_lasting_common_mode_is_one_ticket() -> None:
+    """Every pair under one leaf slow for 40 minutes (an ECN misconfiguration that stays):
+    one common-mode ticket, not one each time its first naming leaves the window."""
+    routes = lab_routes()
+    hosts = [f"node000{i}" for i in range(1, 5)]
+    pairs = [(a, b) for a in hosts for b in hosts if a != b]
+    seq = [probe(i * 5000, *pairs[i % 12], 230, rail=1) for i in range(12 * 40)]
+    assert [(port, action) for _, port, action in localised(routes, seq)] == [(0, "ticket")]
+
+
+def test_two_cables_crossed_by_the_very_same_pairs_are_both_acted_on() -> None:
+    """One pair slow both ways and nothing else: its two access cables cannot be told
+    apart; both are named, whichever key sorts first."""
+    routes = lab_routes()
+    seq = [probe(0, "node0001", "node0002", 230, rail=1),
+           probe(1000, "node0002", "node0001", 230, rail=1)]
+    seq += [probe(61_000 + k * 60_000, "node0003", "node0004", 400, rail=1) for k in range(3)]
+    assert localised(routes, seq) == [(61_000, 1, "isolate_port"), (61_000, 2, "isolate_port")]
+
+
 def test_route_book_keeps_a_cable_the_newest_snapshot_lost() -> None:
     book = RouteBook()
     full = two_leaves(uplinks=1)
