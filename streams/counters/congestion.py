@@ -169,6 +169,7 @@ def tally_priorities(det: CountersDetector, ps: PortState, port: int,
     last: dict[str, list[int]] = ext.get("pq") or {}
     ext["pq"] = now
     tally.by_prio = True
+    tally.prio_ports.add(port)
     for p, (tx, marks) in now.items():
         before = last.get(p)
         if before is None:
@@ -195,7 +196,7 @@ class EcnTally:
     """
 
     __slots__ = ("pauses", "marks", "dt_s", "top_port", "top_pauses", "ports", "prio",
-                 "by_prio", "receiving")
+                 "by_prio", "prio_ports", "receiving")
 
     def __init__(self) -> None:
         self.pauses = self.marks = 0
@@ -205,6 +206,7 @@ class EcnTally:
         self.ports = 0
         self.prio: dict[int, list[int]] = {}
         self.by_prio = False
+        self.prio_ports: set[int] = set()  # the ports that reported per priority
         # per port: whether data came in over the interval (None: no port_rcv_data;
         # UNSETTLED: the counter has no interval yet)
         self.receiving: dict[int, bool | str | None] = {}
@@ -232,11 +234,14 @@ def judge_ecn(det: CountersDetector, state: dict[str, Any], event: Counters,
     pause_rate = tally.pauses / tally.dt_s
     ecn_rate = tally.marks / tally.dt_s
     ports: dict[str, PortState] = state["ports"]
-    # the device reports sums only now: its per-priority episodes (ECN and storms) end
-    for prio, queue_holder in (state.pop("ecnq", None) or {}).items():
-        release(det, ports, queue_holder, f"ecn_pfc:q{prio}")
+    # a per-priority episode whose port now reports sums only ends (one whose port this
+    # message lacks goes on: a poll that missed it is no change of basis)
+    queues: dict[str, str] = state.get("ecnq") or {}
+    for prio in [k for k, h in queues.items() if int(h) in tally.receiving]:
+        release(det, ports, queues.pop(prio), f"ecn_pfc:q{prio}")
+    keep(state, "ecnq", queues)
     storms: dict[str, str] = state.get("txs") or {}
-    for prio in [k for k in storms if k != "d"]:
+    for prio in [k for k, h in storms.items() if k != "d" and int(h) in tally.receiving]:
         release(det, ports, storms.pop(prio), f"{TX_STORM}:q{prio}")
     keep(state, "txs", storms)
     if tx_storm(det, state, event, samples, tally, tally.top_port, tally.top_pauses,
@@ -269,10 +274,11 @@ def judge_priorities(det: CountersDetector, state: dict[str, Any], event: Counte
     """
     c = det.cong
     ports: dict[str, PortState] = state["ports"]
-    if "ecn" in state:  # the device now reports per queue: that basis ends
+    # the port holding a device-basis episode now reports per queue: that basis ends
+    if "ecn" in state and int(state["ecn"]) in tally.prio_ports:
         release(det, ports, state.pop("ecn"), "ecn_pfc")
     storms: dict[str, str] = state.get("txs") or {}
-    if "d" in storms:  # ...and so does a device-basis storm: each queue's is judged now
+    if "d" in storms and int(storms["d"]) in tally.prio_ports:  # ...and its storm's
         release(det, ports, storms.pop("d"), TX_STORM)
         keep(state, "txs", storms)
     held: dict[str, str] = state.get("ecnq") or {}

@@ -149,3 +149,18 @@ def test_one_ports_storm_on_a_priority_is_its_storm_not_the_queues_ecn() -> None
     assert [(d.detection.value, d.port, d.ts - BASE) for d in dets] == [
         ("pause_storm", 1, 20 * S)]  # (received data first compared at 20 s)
     assert dets[0].evidence["priority"] == 3 and dets[0].evidence["rule"] == "pause_tx"
+
+
+def test_a_poll_that_misses_the_holding_port_does_not_end_its_priority_episode() -> None:
+    """Port 1 reports per priority (queue 3 marks nothing), port 2 sums only; port 1's
+    read is missing from every other poll. A message without it is no change of basis:
+    one episode, not one per return."""
+    out = []
+    for i in range(8):
+        t = i * 10
+        ports = [prio_sample(1, {3: 3000 * t}, {3: 0})] if i % 2 == 0 or i < 2 else []
+        ports.append(PortSample(port=2, pfc_pause_tx=10 * t, ecn_marked=100 * t))
+        out.append(line(t * S, *ports))
+    dets = run(out)
+    assert [(d.detection.value, d.port, d.evidence["basis"]) for d in dets] == [
+        ("ecn_pfc_misconfig", 1, "priority")]
