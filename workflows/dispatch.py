@@ -139,6 +139,9 @@ NOT_CABLED = "no topology snapshot of this fabric has this port cabled"
 # names must not become a flood of records and pages, or an unbounded set); one page says so.
 MAX_REPORTED = 1000
 MAX_REPORTED_ALL = 16 * MAX_REPORTED  # over every fabric: the set stays bounded
+# Causes (a fabric without topology, a device not cabled) paged before the dispatcher stops
+# paging new ones (a fabric name invented per message must not be a page each).
+MAX_PAGED = 100
 
 
 def _cause(det: Detection, reason: str) -> tuple[str, ...]:
@@ -184,7 +187,7 @@ class Dispatcher:
         self._reported: set[tuple[str, str, str, int]] = set()  # ports recorded
         self._counted: dict[str, int] = {}  # ports recorded, per fabric
         self._paged: set[tuple[str, ...]] = set()  # causes paged: a fabric or a device
-        self._flooded: set[str] = set()  # fabrics past MAX_REPORTED, their page sent
+        self._flooded: set[tuple[str, ...]] = set()  # limits passed, their page sent
 
     def runbook_input(self, det: Detection) -> RemediationInput:
         port, peer = self.inventory.cable(det.fabric, det.device, det.port,
@@ -255,23 +258,17 @@ class Dispatcher:
         recorded = key in self._reported
         if recorded and (quiet or _cause(det, reason) in self._paged):
             return False
-        if not recorded and (self._counted.get(det.fabric, 0) >= MAX_REPORTED
-                             or len(self._reported) >= MAX_REPORTED_ALL):
-            if det.fabric not in self._flooded and self.ticketing is not None and not (
-                    shadow.all or det.fabric in shadow.fabrics):
-                self._flooded.add(det.fabric)
-                log.error("more than %d unknown ports in fabric %s: no more pages for them",
-                          MAX_REPORTED, shown(det.fabric))
-                try:
-                    await self.ticketing.page(
-                        _page_key(("flood", det.fabric)),
-                        f"more than {MAX_REPORTED} unknown ports in fabric "
-                        f"{shown(det.fabric)}: each starts no runbook; no more pages for "
-                        "them from this dispatcher",
-                        {"fabric": shown(det.fabric), "detection": "unknown_device",
-                         "reason": reason})
-                except Exception:  # noqa: BLE001 - logged above
-                    log.exception("could not page the unknown-port flood")
+        if not recorded and len(self._reported) >= MAX_REPORTED_ALL:
+            await self._flood_page(("flood",), f"more than {MAX_REPORTED_ALL} unknown ports "
+                                   "over all fabrics: each starts no runbook; no more records "
+                                   "or pages for them from this dispatcher", {})
+            return False
+        if not recorded and self._counted.get(det.fabric, 0) >= MAX_REPORTED:
+            if not (shadow.all or det.fabric in shadow.fabrics):
+                await self._flood_page(
+                    ("flood", det.fabric), f"more than {MAX_REPORTED} unknown ports in fabric "
+                    f"{shown(det.fabric)}: each starts no runbook; no more records or pages "
+                    "for them from this dispatcher", {"fabric": shown(det.fabric)})
             return False
         try:
             await self.report_unknown(det, reason, record=not recorded, page=not quiet)
@@ -283,6 +280,19 @@ class Dispatcher:
             self._reported.add(key)
             self._counted[det.fabric] = self._counted.get(det.fabric, 0) + 1
         return False
+
+    async def _flood_page(self, cause: tuple[str, ...], summary: str,
+                          details: dict[str, Any]) -> None:
+        """One page, once, that a limit was passed (its failure is logged, not retried)."""
+        if cause in self._flooded or self.ticketing is None:
+            return
+        self._flooded.add(cause)
+        log.error("unknown ports: %s", summary)
+        try:
+            await self.ticketing.page(_page_key(cause), summary,
+                                      {**details, "detection": "unknown_device"})
+        except Exception:  # noqa: BLE001 - logged
+            log.exception("could not page that a limit of unknown ports was passed")
 
     async def report_unknown(self, det: Detection, reason: str, *, record: bool = True,
                              page: bool = True) -> Detection:
@@ -296,6 +306,11 @@ class Dispatcher:
         # the page key reaches HTTP headers (Idempotency-Key): a digest, never the raw name
         page_key = _page_key(cause)
         name = f"{shown(det.device)}:{det.port}"
+        shadow = not page
+        if page and cause not in self._paged and len(self._paged) >= MAX_PAGED:
+            await self._flood_page(("causes",), f"more than {MAX_PAGED} causes of unknown "
+                                   "ports paged: each further one is recorded, not paged", {})
+            page = False
         unknown = Detection(
             # the device is in its own field: an id of two long names could pass 512 chars
             id=f"unknown_device/{det.fabric}/{digest}", ts=det.ts,
@@ -304,8 +319,9 @@ class Dispatcher:
             action=Action.PAGE, episode=page_key,
             evidence={"reason": reason, "shown": name, "detection_id": det.id,
                       "detection": str(det.detection), "episode": det.episode,
-                      "topology_ts": self.inventory.snapshot_ts, "paged": page,
-                      **({} if page else {"shadow": True})})
+                      "topology_ts": self.inventory.snapshot_ts,
+                      "paged": page or cause in self._paged,
+                      **({"shadow": True} if shadow else {})})
         if record and self.records is not None:
             await self.records.write([unknown])
         if page and self.ticketing is not None and cause not in self._paged:

@@ -246,3 +246,23 @@ def test_the_dispatcher_sends_the_evidence_to_the_evidence_queue() -> None:
     assert routed.runbook_input(det).config.evidence_task_queue == "fabricwatch-evidence"
     local = Dispatcher(None, Policy(), Inventory(), task_queue="q")  # type: ignore[arg-type]
     assert local.runbook_input(det).config.evidence_task_queue is None
+
+
+async def test_a_new_fabric_name_per_detection_is_no_page_storm(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A misconfigured agent invents a fabric per message: each is a cause of its own
+    (no topology), so past MAX_PAGED causes one page says the rest are recorded only, and
+    past the all-fabric limit one page says nothing more is recorded."""
+    import workflows.dispatch as dispatch
+
+    monkeypatch.setattr(dispatch, "MAX_REPORTED", 3)
+    monkeypatch.setattr(dispatch, "MAX_REPORTED_ALL", 20)
+    monkeypatch.setattr(dispatch, "MAX_PAGED", 5)
+    disp, pages, sink = dispatcher(Inventory())
+    for n in range(200):
+        det = detection("leaf-x", 1, n).model_copy(update={"fabric": f"fab-{n}"})
+        assert not await disp.handle(det)
+    summaries = [summary for _op, _key, summary in pages.calls]
+    assert len(summaries) == 5 + 2  # five causes, "recorded, not paged", "no more records"
+    assert "recorded, not paged" in summaries[5] and "over all fabrics" in summaries[6]
+    assert len(sink.records) == 20
