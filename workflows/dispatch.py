@@ -259,9 +259,11 @@ class Dispatcher:
         if recorded and (quiet or _cause(det, reason) in self._paged):
             return False
         if not recorded and len(self._reported) >= MAX_REPORTED_ALL:
-            await self._flood_page(("flood",), f"more than {MAX_REPORTED_ALL} unknown ports "
-                                   "over all fabrics: each starts no runbook; no more records "
-                                   "or pages for them from this dispatcher", {})
+            if not (shadow.all or det.fabric in shadow.fabrics):
+                await self._flood_page(
+                    ("flood",), f"more than {MAX_REPORTED_ALL} unknown ports over all "
+                    "fabrics: each starts no runbook; no more records or pages for them "
+                    "from this dispatcher", {})
             return False
         if not recorded and self._counted.get(det.fabric, 0) >= MAX_REPORTED:
             if not (shadow.all or det.fabric in shadow.fabrics):

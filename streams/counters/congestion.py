@@ -237,11 +237,12 @@ def judge_ecn(det: CountersDetector, state: dict[str, Any], event: Counters,
     # a per-priority episode whose port now reports sums only ends (one whose port this
     # message lacks goes on: a poll that missed it is no change of basis)
     queues: dict[str, str] = state.get("ecnq") or {}
-    for prio in [k for k, h in queues.items() if int(h) in tally.receiving]:
+    for prio in [k for k, h in queues.items() if _moved_on(h, ports, event, tally)]:
         release(det, ports, queues.pop(prio), f"ecn_pfc:q{prio}")
     keep(state, "ecnq", queues)
     storms: dict[str, str] = state.get("txs") or {}
-    for prio in [k for k, h in storms.items() if k != "d" and int(h) in tally.receiving]:
+    for prio in [k for k, h in storms.items()
+                 if k != "d" and _moved_on(h, ports, event, tally)]:
         release(det, ports, storms.pop(prio), f"{TX_STORM}:q{prio}")
     keep(state, "txs", storms)
     if tx_storm(det, state, event, samples, tally, tally.top_port, tally.top_pauses,
@@ -274,11 +275,12 @@ def judge_priorities(det: CountersDetector, state: dict[str, Any], event: Counte
     """
     c = det.cong
     ports: dict[str, PortState] = state["ports"]
-    # the port holding a device-basis episode now reports per queue: that basis ends
-    if "ecn" in state and int(state["ecn"]) in tally.prio_ports:
+    # the device is judged per queue now: its device-basis episodes end once their port
+    # has reported with it (or has not for long)
+    if "ecn" in state and _moved_on(state["ecn"], ports, event, tally):
         release(det, ports, state.pop("ecn"), "ecn_pfc")
     storms: dict[str, str] = state.get("txs") or {}
-    if "d" in storms and int(storms["d"]) in tally.prio_ports:  # ...and its storm's
+    if "d" in storms and _moved_on(storms["d"], ports, event, tally):  # ...and its storm's
         release(det, ports, storms.pop("d"), TX_STORM)
         keep(state, "txs", storms)
     held: dict[str, str] = state.get("ecnq") or {}
@@ -354,6 +356,22 @@ def tx_storm(det: CountersDetector, state: dict[str, Any], event: Counters,
         release(det, ports, storms.pop(key), cond)
     keep(state, "txs", storms)
     return dominant
+
+
+# A holding port absent this many of the device's intervals is gone, not a missed poll.
+GONE_INTERVALS = 3
+
+
+def _moved_on(holder: str, ports: dict[str, PortState], event: Counters, tally: EcnTally
+              ) -> bool:
+    """Whether an episode of the other basis held by ``holder`` ends with this message: its
+    port reported in it (so the device's basis did change for it), or it has not reported
+    for ``GONE_INTERVALS`` of the message's interval (a port removed; one missed poll is
+    no change)."""
+    if int(holder) in tally.receiving:
+        return True
+    ps = ports.get(holder)
+    return ps is None or event.ts - ps[0] > GONE_INTERVALS * tally.dt_s * 1000
 
 
 def release(det: CountersDetector, ports: dict[str, PortState], holder: str, cond: str

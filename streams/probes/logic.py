@@ -275,17 +275,20 @@ def _implicated(st: dict[str, Any], switch: str) -> set[str]:
     pairs: dict[str, frozenset[str]] = {
         k: frozenset(e[4]) for k, e in st["pending"].items() if _switch(e[2]) == switch}
     acted: set[str] = set()
+    cleared: set[str] = set()  # acted on, a fast probe across it since: no cause of its own
     fast: dict[str, int] = st["fast"]
     for k, n in st["named"].items():
         if n[0] == COMMON and len(n) == 7 and n[2] == switch:
             pairs[k] = frozenset(n[6])
-        elif (n[0] != COMMON and len(n) == 4 and n[2] == switch
-              and fast.get(k, -1) <= n[1]):  # (one a fast probe crossed since: not a cause)
+        elif n[0] != COMMON and len(n) == 4 and n[2] == switch:
             pairs[k] = frozenset(n[3])
             acted.add(k)
+            if fast.get(k, -1) > n[1]:
+                cleared.add(k)
+    # (a cleared one still explains its shadows: their slowness was its, before it was fixed)
     return {k for k, mine in pairs.items()
             if not any(mine < other or (j in acted and k not in acted and mine <= other)
-                       for j, other in pairs.items() if j != k)}
+                       for j, other in pairs.items() if j != k)} - cleared
 
 
 def _common_mode(st: dict[str, Any], probe: Probe, switch: str, links: list[str]

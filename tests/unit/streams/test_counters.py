@@ -367,3 +367,30 @@ def test_a_read_again_from_far_behind_still_repeats_the_outputs_of_the_messages_
     assert {r[0] for r in box["r"]} == {m.id for m in msgs[15:47]}
     assert box["s"]["stale"] == stale_before + 15 * 4  # c0..c14 read again, older
     assert "old" not in box["s"]
+
+
+def test_an_episode_of_the_other_basis_ends_when_its_port_reported_or_is_gone() -> None:
+    """A device-basis episode held by a port that stays sums-only ends once the device is
+    judged per queue and that port has reported; a per-priority episode whose port is gone
+    for good ends after GONE_INTERVALS of the device's messages without it."""
+    run = Run()
+    for t in (0, 10, 20):
+        run(msg(t * S, sample(port=1, pfc_pause_tx=100 * t, ecn_marked=0),
+                sample(port=2, pfc_pause_tx=3000 * t, ecn_marked=0)))
+    assert [k[:2] for k in run.kinds()] == [("ecn_pfc_misconfig", 2)]
+    for t in range(30, 80, 10):  # port 1 per priority from now, marks keeping up
+        run(msg(t * S, sample(port=1, pfc_pause_tx=2000, ecn_marked=5000 * t, pfc3_tx=0,
+                              ecn_marked_q3=5000 * t),
+                sample(port=2, pfc_pause_tx=60_000, ecn_marked=1000 * t)))
+    assert run.state is not None and "ecn" not in run.state
+    assert not run.state["ports"]["2"][2].get("o")
+    gone = Run()
+    for t in (0, 10, 20):
+        gone(msg(t * S, sample(port=1, pfc_pause_tx=3000 * t, ecn_marked=0, pfc3_tx=3000 * t,
+                               ecn_marked_q3=0),
+                 sample(port=2, pfc_pause_tx=0, ecn_marked=0)))
+    assert [k[:2] for k in gone.kinds()] == [("ecn_pfc_misconfig", 1)]
+    for t in range(30, 80, 10):  # port 1 no longer reported; port 2 sums, marks keeping up
+        gone(msg(t * S, sample(port=2, pfc_pause_tx=10 * t, ecn_marked=1000 * t)))
+    assert gone.state is not None and "ecnq" not in gone.state
+    assert not gone.state["ports"]["1"][2].get("o")

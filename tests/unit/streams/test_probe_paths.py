@@ -264,6 +264,21 @@ def test_two_cables_crossed_by_the_very_same_pairs_are_both_acted_on() -> None:
     assert localised(routes, seq) == [(61_000, 1, "isolate_port"), (61_000, 2, "isolate_port")]
 
 
+def test_a_repaired_cable_still_explains_its_shadows() -> None:
+    """node0003's cable is acted on; its first probe after the repair is fast. The cables
+    named only by its slow pairs (node0004's) are still its shadows: not acted on."""
+    routes = lab_routes()
+    seq = [probe(0, "node0003", "node0001", 230, rail=1),
+           probe(1000, "node0001", "node0003", 230, rail=1),
+           probe(2000, "node0003", "node0004", 230, rail=1),
+           probe(3000, "node0004", "node0003", 230, rail=1),
+           probe(65_000, "node0001", "node0002", 400, rail=1),
+           probe(70_000, "node0003", "node0002", 400, rail=1),
+           probe(75_000, "elsewhere-a", "elsewhere-b", 400, rail=1),
+           probe(140_000, "elsewhere-a", "elsewhere-b", 400, rail=1)]
+    assert localised(routes, seq) == [(65_000, 3, "isolate_port")]
+
+
 def test_route_book_keeps_a_cable_the_newest_snapshot_lost() -> None:
     book = RouteBook()
     full = two_leaves(uplinks=1)

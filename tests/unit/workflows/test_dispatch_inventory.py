@@ -266,3 +266,18 @@ async def test_a_new_fabric_name_per_detection_is_no_page_storm(
     assert len(summaries) == 5 + 2  # five causes, "recorded, not paged", "no more records"
     assert "recorded, not paged" in summaries[5] and "over all fabrics" in summaries[6]
     assert len(sink.records) == 20
+
+
+async def test_a_shadow_deployment_sends_no_flood_page(monkeypatch: pytest.MonkeyPatch) -> None:
+    import workflows.dispatch as dispatch
+
+    monkeypatch.setattr(dispatch, "MAX_REPORTED", 3)
+    monkeypatch.setattr(dispatch, "MAX_REPORTED_ALL", 5)
+    pages, sink = RecordingTicketing(), MemorySink()
+    policy = Policy.model_validate({"fabricHealth": {"shadow": {"all": True}}})
+    disp = Dispatcher(NoTemporal(), policy, Inventory(), task_queue="q",  # type: ignore[arg-type]
+                      ticketing=pages, records=sink)
+    for n in range(10):
+        det = detection(f"ghost{n}", 1, n).model_copy(update={"fabric": f"fab-{n % 4}"})
+        assert not await disp.handle(det)
+    assert pages.calls == [] and len(sink.records) == 5
