@@ -324,8 +324,11 @@ def tx_storm(det: CountersDetector, state: dict[str, Any], event: Counters,
     draining; without the counter, as the watchdog rule at the receiving end, unknown does
     not excuse): a ``pause_storm`` of that port (a host whose NIC reports nothing is found
     this way). With data coming in it is heavy congestion through one port, which the ECN
-    rule judges as ever. In the counter's first interval nothing is judged either way.
-    ``state["txs"]`` maps ``"d"`` or the priority to the storming port."""
+    rule judges, from its second such interval: a storm's first interval still has data
+    from before the queue stuck, and the verdict waits to see which it is
+    (``state["txw"]``: the port that was at the storm rate with data coming in, by key). In
+    the counter's first interval nothing is judged either way. ``state["txs"]`` maps
+    ``"d"`` or the priority to the storming port."""
     c = det.cong
     ports: dict[str, PortState] = state["ports"]
     storms: dict[str, str] = state.get("txs") or {}
@@ -333,9 +336,15 @@ def tx_storm(det: CountersDetector, state: dict[str, Any], event: Counters,
     cond = TX_STORM if prio is None else f"{TX_STORM}:q{prio}"
     holder = storms.get(key)
     receiving = tally.receiving.get(top_port)
-    dominant = (receiving is not True and top_pauses / dt_s >= c.pause_frames_per_s_storm
-                and top_pauses >= TX_STORM_SHARE * pauses)
-    storming = dominant and receiving is not UNSETTLED
+    at_rate = (top_pauses / dt_s >= c.pause_frames_per_s_storm
+               and top_pauses >= TX_STORM_SHARE * pauses)
+    waiting: dict[str, str] = state.get("txw") or {}
+    waited = waiting.pop(key, None) == str(top_port)
+    if at_rate and receiving is True and not waited:
+        waiting[key] = str(top_port)  # the next interval tells a storm from congestion
+    keep(state, "txw", waiting)
+    dominant = at_rate and (receiving is not True or not waited)
+    storming = at_rate and receiving is not True and receiving is not UNSETTLED
     if storming and holder != str(top_port):
         if holder is not None:
             release(det, ports, holder, cond)
@@ -352,7 +361,7 @@ def tx_storm(det: CountersDetector, state: dict[str, Any], event: Counters,
             evidence["priority"] = prio
         det._open(ports[str(top_port)], cond, event, samples[top_port],  # noqa: SLF001
                   DetectionKind.PAUSE_STORM, c.action, evidence, detections)
-    elif not dominant and holder is not None:  # (unsettled: as it was)
+    elif not storming and receiving is not UNSETTLED and holder is not None:
         release(det, ports, storms.pop(key), cond)
     keep(state, "txs", storms)
     return dominant

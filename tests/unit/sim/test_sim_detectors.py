@@ -82,6 +82,13 @@ def test_pause_storm_needs_a_stuck_queue() -> None:
     draining = _detections("roce", "pause_storm:node0001/mlx5_0:1,drain=1", 8)
     assert ("pause_storm", "node0001/mlx5_0:1") in stuck
     assert not any(kind == "pause_storm" for kind, _ in draining)
+    # the stuck queue's sending end: the same link's storm, and no ECN verdict on its leaf
+    # (nearly all its pauses are that one port's)
+    # (starting mid-run, as in the demo: the first interval still carried data)
+    later = _detections("roce", "pause_storm:node0001/mlx5_0:1,at=25s", 8)
+    leaf = {port for kind, port in later if kind == "pause_storm"} - {"node0001/mlx5_0:1"}
+    assert len(leaf) == 1 and next(iter(leaf)).startswith("leaf-")
+    assert not any(kind == "ecn_pfc_misconfig" for kind, _ in later)
 
 
 def test_ecn_misconfig_is_the_switchs() -> None:

@@ -246,11 +246,26 @@ def test_one_port_pausing_at_the_storm_rate_while_data_comes_in_is_judged_by_ecn
     run = Run()
     run(msg(0, sample(port=1, pfc_pause_tx=0, ecn_marked=0, port_rcv_data=7),
             sample(port=2, pfc_pause_tx=0, ecn_marked=0)))
-    for i in (1, 2):  # (the receive counter's first interval, 10 s, judges nothing)
+    # (the receive counter's first interval, 10 s, judges nothing; the first at the storm
+    # rate with data coming in, 20 s, waits: a storm's first interval has data too)
+    for i in (1, 2, 3):
         run(msg(i * 10 * S, sample(port=1, pfc_pause_tx=i * 800_000, ecn_marked=0,
                                    port_rcv_data=7 + i * 5_000_000),
                 sample(port=2, pfc_pause_tx=i * 5_000, ecn_marked=0)))
-    assert run.kinds() == [("ecn_pfc_misconfig", 1, 20 * S)]
+    assert run.kinds() == [("ecn_pfc_misconfig", 1, 30 * S)]
+
+
+def test_a_storms_first_interval_with_data_still_in_is_no_ecn_verdict() -> None:
+    """The queue sticks mid-interval: that interval still received data, the next nothing.
+    A pause storm from the sending end, and no ECN verdict for its first interval."""
+    run = Run()
+    rcv = [7, 5_000_007, 9_000_007, 9_000_007, 9_000_007]
+    tx = [0, 1_000, 801_000, 1_601_000, 2_401_000]
+    for i in range(5):
+        run(msg(i * 10 * S, sample(port=1, pfc_pause_tx=tx[i], ecn_marked=0,
+                                   port_rcv_data=rcv[i]),
+                sample(port=2, pfc_pause_tx=10 * i, ecn_marked=0)))
+    assert run.kinds() == [("pause_storm", 1, 30 * S)]
 
 
 def test_without_a_receive_counter_one_ports_storm_rate_pauses_are_its_storm() -> None:
