@@ -245,6 +245,11 @@ def judge_ecn(det: CountersDetector, state: dict[str, Any], event: Counters,
                  if k != "d" and _moved_on(h, ports, event, tally)]:
         release(det, ports, storms.pop(prio), f"{TX_STORM}:q{prio}")
     keep(state, "txs", storms)
+    waiting: dict[str, str] = state.get("txw") or {}
+    for prio in [k for k, h in waiting.items()
+                 if k != "d" and _moved_on(h, ports, event, tally)]:
+        del waiting[prio]
+    keep(state, "txw", waiting)
     if tx_storm(det, state, event, samples, tally, tally.top_port, tally.top_pauses,
                 tally.pauses, tally.marks, tally.dt_s, None, detections):
         return  # the device's pauses are one port's storm: no verdict on its configuration
@@ -261,7 +266,8 @@ def judge_ecn(det: CountersDetector, state: dict[str, Any], event: Counters,
                       "top_port_pause_tx_per_s": round(tally.top_pauses / tally.dt_s, 1),
                       "min_ecn_to_pause_ratio": c.min_ecn_to_pause_ratio,
                       "interval_s": tally.dt_s}, detections)
-    elif holder is not None:
+    elif holder is not None and _moved_on(holder, ports, event, tally):
+        # (a message without the holding port is no word on its episode)
         release(det, ports, state.pop("ecn"), "ecn_pfc")
 
 
@@ -283,6 +289,10 @@ def judge_priorities(det: CountersDetector, state: dict[str, Any], event: Counte
     if "d" in storms and _moved_on(storms["d"], ports, event, tally):  # ...and its storm's
         release(det, ports, storms.pop("d"), TX_STORM)
         keep(state, "txs", storms)
+    waiting: dict[str, str] = state.get("txw") or {}
+    if "d" in waiting and _moved_on(waiting["d"], ports, event, tally):
+        del waiting["d"]
+        keep(state, "txw", waiting)
     held: dict[str, str] = state.get("ecnq") or {}
     dt_s = tally.dt_s
     for prio in sorted(tally.prio):
@@ -306,7 +316,7 @@ def judge_priorities(det: CountersDetector, state: dict[str, Any], event: Counte
                           "top_port_pause_tx_per_s": round(top_pauses / dt_s, 1),
                           "min_ecn_to_pause_ratio": c.min_ecn_to_pause_ratio,
                           "interval_s": dt_s}, detections)
-        elif holder is not None:
+        elif holder is not None and _moved_on(holder, ports, event, tally):
             release(det, ports, held.pop(key), cond)
     keep(state, "ecnq", held)
 
@@ -339,9 +349,12 @@ def tx_storm(det: CountersDetector, state: dict[str, Any], event: Counters,
     at_rate = (top_pauses / dt_s >= c.pause_frames_per_s_storm
                and top_pauses >= TX_STORM_SHARE * pauses)
     waiting: dict[str, str] = state.get("txw") or {}
-    waited = waiting.pop(key, None) == str(top_port)
-    if at_rate and receiving is True and not waited:
-        waiting[key] = str(top_port)  # the next interval tells a storm from congestion
+    was = waiting.get(key)
+    waited = was == str(top_port)
+    if at_rate and receiving is True:
+        waiting[key] = str(top_port)  # kept while it lasts: judged from the second on
+    elif was is not None and _moved_on(was, ports, event, tally):
+        del waiting[key]  # (a message without the port, a missed poll, is no change)
     keep(state, "txw", waiting)
     dominant = at_rate and (receiving is not True or not waited)
     storming = at_rate and receiving is not True and receiving is not UNSETTLED

@@ -409,3 +409,66 @@ def test_an_episode_of_the_other_basis_ends_when_its_port_reported_or_is_gone() 
         gone(msg(t * S, sample(port=2, pfc_pause_tx=10 * t, ecn_marked=1000 * t)))
     assert gone.state is not None and "ecnq" not in gone.state
     assert not gone.state["ports"]["1"][2].get("o")
+
+
+def test_lasting_congestion_through_one_port_is_judged_every_interval() -> None:
+    """Data keeps coming in on port 1 at the storm rate; its marks stop at 40 s. The wait
+    is for the first such interval only: the verdict comes at 40 s, not every other one."""
+    run = Run()
+    tx = rcv = marks = 0
+    for i in range(8):
+        if i:
+            tx, rcv = tx + 800_000, rcv + 5_000_000
+            marks += 1_000_000 if i < 4 else 0
+        run(msg(i * 10 * S, sample(port=1, pfc_pause_tx=tx, ecn_marked=marks, port_rcv_data=rcv),
+                sample(port=2, pfc_pause_tx=i * 5000, ecn_marked=0)))
+    assert run.kinds() == [("ecn_pfc_misconfig", 1, 40 * S)]
+
+
+def test_a_device_whose_ports_come_in_two_messages_is_judged_as_in_one() -> None:
+    """Port 1 (heavy congestion, data in, no marks) in one message, ports 2-3 a second later:
+    a message without the waiting or holding port is no word on it. The same verdict, once,
+    as when the poll is one message."""
+    def poll(split: bool) -> list[tuple[str, int, int]]:
+        run = Run()
+        tx = rcv = 0
+        for i in range(12):
+            if i:
+                tx, rcv = tx + 800_000, rcv + 5_000_000
+            one = sample(port=1, pfc_pause_tx=tx, ecn_marked=0, port_rcv_data=rcv)
+            rest = [sample(port=p, pfc_pause_tx=i * 500, ecn_marked=0) for p in (2, 3)]
+            if split:
+                run(msg(i * 10 * S, one))
+                run(msg(i * 10 * S + S, *rest))
+            else:
+                run(msg(i * 10 * S, one, *rest))
+        return run.kinds()
+
+    assert poll(True) == poll(False) == [("ecn_pfc_misconfig", 1, 30 * S)]
+
+
+def test_a_wait_left_from_the_device_basis_does_not_outlive_a_basis_change() -> None:
+    """Port 1 waits at the storm rate (15 s), the device then reports per priority for a
+    while, then sums only again and its queue sticks (70 s still carries data, 80 s none):
+    a storm from the sending end, no ECN verdict from the old wait."""
+    run = Run()
+    tx = rcv = 0
+
+    def other(i: int) -> PortSample:
+        return sample(port=2, pfc_pause_tx=i * 50, ecn_marked=0)
+
+    run(msg(0, sample(port=1, pfc_pause_tx=0, ecn_marked=0, port_rcv_data=0), other(0)))
+    for t, d_tx in ((10, 10), (15, 800_000)):
+        tx, rcv = tx + d_tx, rcv + 5_000_000
+        run(msg(t * S, sample(port=1, pfc_pause_tx=tx, ecn_marked=0, port_rcv_data=rcv),
+                other(1)))
+    for i in (2, 3, 4, 5, 6):  # per priority, marks keeping up
+        tx, rcv = tx + 100, rcv + 5_000_000
+        run(msg(i * 10 * S, sample(port=1, pfc_pause_tx=tx, ecn_marked=10**6 * i,
+                                   port_rcv_data=rcv, pfc3_tx=tx, ecn_marked_q3=10**6 * i),
+                other(i)))
+    for i, d_rcv in ((7, 3_000_000), (8, 0), (9, 0)):
+        tx, rcv = tx + 800_000, rcv + d_rcv
+        run(msg(i * 10 * S, sample(port=1, pfc_pause_tx=tx, ecn_marked=0, port_rcv_data=rcv),
+                other(i)))
+    assert run.kinds() == [("pause_storm", 1, 80 * S)]
