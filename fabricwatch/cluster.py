@@ -36,7 +36,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from fabricwatch.procs import die_with_parent, group_members, proc_stat, stop_group
 from fabricwatch.stack import (
     LocalStack,
     StackError,
@@ -66,6 +65,7 @@ from fabricwatch.stack_config import (
     render_cluster_properties,
     topic_partitions,
 )
+from runtime.procgroups import die_with_parent, group_members, proc_stat, stop_group
 from runtime.settings import Settings
 
 LEDGER_USER = "fabricwatch"  # the endpoint's writing user (settings.ledger.http_user's default)

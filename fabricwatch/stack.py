@@ -40,9 +40,6 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, Self, TypeVar
 
-from fabricwatch.procs import die_with_parent as _die_with_parent
-from fabricwatch.procs import group_members as _group_members
-from fabricwatch.procs import proc_stat as _proc_stat
 from fabricwatch.stack_config import (
     KAFKA_HOME,
     MIN_JAVA,
@@ -60,6 +57,9 @@ from fabricwatch.stack_config import (
     temporal_server_args,
     topic_partitions,
 )
+from runtime.procgroups import die_with_parent as _die_with_parent
+from runtime.procgroups import group_members as _group_members
+from runtime.procgroups import proc_stat as _proc_stat
 from runtime.settings import Settings
 
 SERVICES: tuple[str, ...] = ("kafka", "temporal")
@@ -426,6 +426,12 @@ class LocalStack:
     def running(self) -> dict[str, bool]:
         """Whether each managed service's process is alive (no network check; cheap to poll)."""
         return {s: self._record(s) is not None for s in self.services if not self.external(s)}
+
+    def exited(self, service: str) -> int | None:
+        """The exit status of ``service`` if this object started it and it has since ended
+        (negative: the signal that ended it), else None."""
+        proc = self._procs.get(service)
+        return None if proc is None else proc.poll()
 
     def status(self) -> list[ServiceStatus]:
         """Each managed service: ready (answers), running (process up, not answering), stopped."""

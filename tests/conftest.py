@@ -3,6 +3,8 @@
 - ``kafka_bootstrap`` -> ``"127.0.0.1:PORT"``: a Kafka 4 broker in KRaft mode with the contract
   topics created (partition counts from the registry).
 - ``temporal_target`` -> ``"127.0.0.1:PORT"``: ``temporal server start-dev`` (SQLite file).
+  Both are checked for life each time a test asks; one that ended is reported in the
+  session's summary (exit status, log tail) and started again once (tests/session_services.py).
 - ``stack_settings`` -> ``Settings`` pointing at both, its ``state_dir`` a temporary folder.
   A test that wants a ledger of its own: ``stack_settings.model_copy(update={"state_dir": tmp_path})``.
 
@@ -31,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fabricwatch.stack import LocalStack, StackError  # noqa: E402
 from fabricwatch.stack_config import free_ports  # noqa: E402
 from runtime.settings import KafkaSettings, Settings, TemporalSettings  # noqa: E402
+from tests.session_services import SessionService  # noqa: E402
 
 _REPO = Path(__file__).resolve().parents[1]
 _BESIDE = str(_REPO.parent / "shared")  # repo-guard: the path this hook refuses
@@ -78,7 +81,7 @@ def _start(settings: Settings, service: str) -> LocalStack:
     return stack
 
 
-def _with_free_ports(state_dir: Path, service: str) -> Iterator[LocalStack]:
+def _with_free_ports(state_dir: Path, service: str) -> Iterator[SessionService]:
     last: StackError | None = None
     for _ in range(_PORT_TRIES):
         a, b = free_ports(2)
@@ -94,11 +97,20 @@ def _with_free_ports(state_dir: Path, service: str) -> Iterator[LocalStack]:
             last = exc
             continue
         try:
-            yield stack
+            yield SessionService(stack, service, _ENDINGS)
         finally:
             stack.down()
         return
     raise AssertionError(f"no free ports for {service} after {_PORT_TRIES} tries: {last}")
+
+
+_ENDINGS: list[str] = []  # each session service that ended under the session
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    for report in _ENDINGS:
+        terminalreporter.section("a session service ended and was started again", sep="!")
+        terminalreporter.write_line(report)
 
 
 @pytest.fixture(scope="session")
@@ -107,34 +119,34 @@ def _stack_state_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def _kafka_stack(_stack_state_dir: Path) -> Iterator[LocalStack]:
+def _kafka_stack(_stack_state_dir: Path) -> Iterator[SessionService]:
     yield from _with_free_ports(_stack_state_dir, "kafka")
 
 
 @pytest.fixture(scope="session")
-def _temporal_stack(_stack_state_dir: Path) -> Iterator[LocalStack]:
+def _temporal_stack(_stack_state_dir: Path) -> Iterator[SessionService]:
     yield from _with_free_ports(_stack_state_dir, "temporal")
 
 
-@pytest.fixture(scope="session")
-def kafka_bootstrap(_kafka_stack: LocalStack) -> str:
+@pytest.fixture
+def kafka_bootstrap(_kafka_stack: SessionService) -> str:
     """The real broker's bootstrap address, ``127.0.0.1:PORT``."""
-    return _kafka_stack.settings.kafka.bootstrap_servers
+    return _kafka_stack.alive().settings.kafka.bootstrap_servers
 
 
-@pytest.fixture(scope="session")
-def temporal_target(_temporal_stack: LocalStack) -> str:
+@pytest.fixture
+def temporal_target(_temporal_stack: SessionService) -> str:
     """The real Temporal dev server's frontend, ``127.0.0.1:PORT`` (namespace ``default``)."""
-    return _temporal_stack.settings.temporal.target
+    return _temporal_stack.alive().settings.temporal.target
 
 
-@pytest.fixture(scope="session")
-def stack_settings(_kafka_stack: LocalStack, _temporal_stack: LocalStack, _stack_state_dir: Path,
-                   ) -> Settings:
+@pytest.fixture
+def stack_settings(_kafka_stack: SessionService, _temporal_stack: SessionService,
+                   _stack_state_dir: Path) -> Settings:
     """Settings pointing at the session's broker and Temporal server; state in a temporary folder."""
     return Settings(
         state_dir=_stack_state_dir,
         clickhouse_url=None,
-        kafka=_kafka_stack.settings.kafka,
-        temporal=_temporal_stack.settings.temporal,
+        kafka=_kafka_stack.alive().settings.kafka,
+        temporal=_temporal_stack.alive().settings.temporal,
     )

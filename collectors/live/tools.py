@@ -19,6 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from runtime.procgroups import group_members
+
 _GUID = re.compile(r"^0x[0-9a-fA-F]{1,16}$")
 _ARG = re.compile(r"^[A-Za-z0-9_.,:=/+@-]{1,256}$")
 MAX_OUTPUT = 1 << 30  # iblinkinfo -l of a 10k-GPU fabric is ~25 MB; past this, refuse, never cut
@@ -144,7 +146,11 @@ class ToolRunner:
 
 
 def _kill_group(pid: int) -> None:
+    # The tool is its own session leader: pgid == pid. A group with no live member is left
+    # alone: its number may already be a new process's (pids are reused).
+    if not group_members(pid):
+        return
     try:
-        os.killpg(pid, signal.SIGKILL)  # the tool is its own session leader: pgid == pid
+        os.killpg(pid, signal.SIGKILL)
     except ProcessLookupError:
         pass

@@ -61,8 +61,8 @@ def _truncated_after_module(request: pytest.FixtureRequest) -> Iterator[None]:
     items = [i for i in request.session.items if i.module is request.module]
     # Asked for before the module's tests run (pytest refuses new fixtures in a teardown);
     # a module that never uses the session's broker does not start it.
-    bootstrap = (request.getfixturevalue("kafka_bootstrap")
-                 if any("kafka_bootstrap" in i.fixturenames for i in items) else None)
+    kafka = (request.getfixturevalue("_kafka_stack")
+             if any("kafka_bootstrap" in i.fixturenames for i in items) else None)
     yield
-    if bootstrap is not None:
-        asyncio.run(truncate_contract_topics(bootstrap))
+    if kafka is not None:
+        asyncio.run(truncate_contract_topics(kafka.alive().settings.kafka.bootstrap_servers))

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.soak import SoakOptions, soak
-from fabricwatch.procs import group_members
+from runtime.procgroups import group_members
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 

@@ -27,8 +27,9 @@ from temporalio.worker import Worker
 
 from fabricwatch.stack import LocalStack, StackError
 from fabricwatch.stack_config import free_ports
-from runtime.settings import KafkaSettings, Settings
+from runtime.settings import KafkaSettings, Settings, TemporalSettings
 from schemas.topics import ALL_TOPICS
+from tests.session_services import SessionService
 
 pytestmark = pytest.mark.integration
 
@@ -139,6 +140,46 @@ async def test_trivial_workflow_runs_on_the_real_server(temporal_target: str) ->
     handle = client.get_workflow_handle(f"greet-{queue}")
     desc = await handle.describe()
     assert desc.status is not None and desc.status.name == "COMPLETED"
+
+
+def _kill_and_wait(stack: LocalStack, service: str) -> None:
+    [status] = [st for st in stack.status() if st.name == service]
+    assert status.pid is not None
+    os.killpg(status.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while stack.exited(service) is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+async def test_a_session_server_that_ended_is_reported_and_started_again_once(
+        tmp_path: Path) -> None:
+    """What the session fixtures do when their Temporal server ends under them (as one did in
+    CI, leaving five tests with "connection refused" and nothing said of why)."""
+    port, ui_port = free_ports(2)
+    stack = LocalStack(Settings(state_dir=tmp_path, temporal=TemporalSettings(
+        port=port, ui_port=ui_port)), services=["temporal"], timeout=180)
+    await asyncio.to_thread(stack.up)
+    try:
+        endings: list[str] = []
+        kept = SessionService(stack, "temporal", endings)
+        assert kept.alive() is stack and endings == []
+        client = await Client.connect(stack.settings.temporal.target)
+        await client.start_workflow("Nobody", id=f"kept-{uuid.uuid4().hex}", task_queue="none")
+
+        await asyncio.to_thread(_kill_and_wait, stack, "temporal")
+        assert await asyncio.to_thread(kept.alive) is stack
+        assert len(endings) == 1 and "killed by SIGKILL" in endings[0], endings
+        assert str(stack.log_path("temporal")) in endings[0]
+        # on the same port and database file: the workflow started before is still there
+        client = await Client.connect(stack.settings.temporal.target)
+        assert [w async for w in client.list_workflows()] != []
+
+        await asyncio.to_thread(_kill_and_wait, stack, "temporal")
+        with pytest.raises(pytest.fail.Exception, match="started again once already"):
+            kept.alive()
+        assert len(endings) == 2
+    finally:
+        await asyncio.to_thread(stack.down)
 
 
 # --------------------------------------------------------------------------- ClickHouse (chdb)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import subprocess
 import sys
 import time
 import uuid
 from pathlib import Path
+
+from runtime.procgroups import stop_group
 
 FABRICWATCH = str(Path(sys.executable).parent / "fabricwatch")
 
@@ -49,18 +50,10 @@ class StreamsWorker:
     def stop(self) -> None:
         if self.proc is None:
             return
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)  # anything the worker left behind
-
+        # The worker's whole group, its leftovers too; never a group whose number was reused.
+        stop_group(self.proc.pid, self.proc, grace_s=30)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(10)
 
 LAB_POLICY = """
 fabricHealth:

@@ -13,9 +13,9 @@ from click.testing import CliRunner
 
 from fabricwatch.cli import main
 from fabricwatch.cluster import ClusterOptions, LocalCluster
-from fabricwatch.procs import group_members
 from fabricwatch.stack import StackError
 from fabricwatch.stack_config import free_ports
+from runtime.procgroups import group_members
 from runtime.settings import KafkaSettings, LedgerSettings, Settings, TemporalSettings
 
 
