@@ -34,7 +34,9 @@ Causes recognised (``schemas.policy.Incidents`` holds every threshold):
 are those of the fullest span of ``spread`` that holds the newest arrival (``_burst``), never
 a down hours ahead that is still remembered. A root's downs are remembered until none of
 them can still arrive (``spread`` plus ``stream.allowedLateness`` behind the newest down
-read), so another root's newer downs read in between do not wipe a partial count. A down of
+read), so another root's newer downs read in between do not wipe a partial count; and every
+down of a link is remembered, not its newest only, so the link's later bounce read first (its
+other end, another source) does not hide the reboot's down. A down of
 a closed incident's link inside its time (read again after a restart) opens nothing. A down
 read after the incident opened, from within ``spread`` before its start, moves the start
 back (the id stays) and every member's excuse with it; a down read after its link's up
@@ -321,7 +323,7 @@ def _port_event(st: dict[str, Any], idx: dict[str, Any], ev: PortEvent, policy: 
         _sm_down(st, idx, link, ends, ev, policy, su_of, out, horizon)
     # what can no longer join anything, even arriving late
     for rkey in [k for k, v in st["recent"].items()
-                 if all(ts < horizon for ts, _ in v.values())]:
+                 if all(max(_down_times(e)) < horizon for e in v.values())]:
         del st["recent"][rkey]
 
 
@@ -460,32 +462,66 @@ def _unexplained(st: dict[str, Any], burst: dict[str, Any], policy: Policy
             and not any(host_of(_device_of(k)) in rebooting for k in v[1])}
 
 
+_DOWNS_KEPT = 32  # of one link's downs in the horizon (a link bouncing faster is a flap anyway)
+
+
+def _down_times(entry: list[Any]) -> list[int]:
+    """A link's remembered down times, oldest first (a state written before several were
+    kept holds one)."""
+    return list(entry[0]) if isinstance(entry[0], list) else [int(entry[0])]
+
+
 def _burst(recent: dict[str, Any], link: str, ends: list[str], ts: int, spread: int,
            horizon: int) -> dict[str, Any]:
-    """Note ``link``'s down at ``ts`` in ``recent`` (link -> [down ts, ends], its newest),
-    forget the downs before ``horizon`` (no down that far back can still arrive), and return
-    the links in the fullest span of ``spread`` that holds ``ts``: the downs that happened
-    together with this one.
+    """Note ``link``'s down at ``ts`` in ``recent`` (link -> [its down times, ends]), forget
+    the downs before ``horizon`` (no down that far back can still arrive), and return the
+    links in the fullest span of ``spread`` that holds ``ts``: the downs that happened
+    together with this one, as link -> [its down in the span, ends].
 
     The correlator's input interleaves partitions and sources, so a down can arrive after
-    later ones, and ``recent`` may hold a down far ahead in event time (a replayed backlog,
-    another tool's clock) that no older down prunes; counted with this one it would make a
-    storm of downs hours apart. Arriving in order, every down of ``recent`` is within
-    ``spread`` before ``ts`` (older ones are pruned): the span is all of them."""
-    if link not in recent or ts > recent[link][0]:
-        recent[link] = [ts, ends]
-    for lid in [lid for lid, (t, _) in recent.items() if t < horizon]:
-        del recent[lid]
-    near = sorted((t, lid) for lid, (t, _) in recent.items() if ts - spread <= t <= ts + spread)
-    times = [t for t, _ in near]
-    best = (0, 0)
-    for i, start in enumerate(times):  # spans [start, start + spread] that hold ts
+    later ones: another root's, a down far ahead in event time (a replayed backlog, another
+    tool's clock) that counted with this one would make a storm of downs hours apart, or
+    the same link's own later bounce (its other end, read first from another source), which
+    must not hide the down that was the reboot's. Arriving in order, every down of
+    ``recent`` is within ``spread`` before ``ts`` (older ones are pruned): the span is all
+    of them."""
+    times = _down_times(recent[link]) if link in recent else []
+    if ts not in times:
+        bisect.insort(times, ts)
+    recent[link] = [times[-_DOWNS_KEPT:], ends]
+    for lid in list(recent):
+        kept = [t for t in _down_times(recent[lid]) if t >= horizon]
+        if kept:
+            recent[lid] = [kept, recent[lid][1]]
+        else:
+            del recent[lid]
+    near = sorted((t, lid) for lid, entry in recent.items() for t in _down_times(entry)
+                  if ts - spread <= t <= ts + spread)
+    if not near:
+        return {}
+    # a window sliding over the downs near ts: at each start at or before ts, the distinct
+    # links with a down in [start, start + spread] (a span that, so placed, holds ts)
+    best, best_n = 0, 0
+    inside: dict[str, int] = {}
+    j = 0
+    for i, (start, _) in enumerate(near):
         if start > ts:
             break
-        end = bisect.bisect_right(times, start + spread)
-        if end - i > best[1] - best[0]:
-            best = (i, end)
-    return {lid: recent[lid] for _, lid in near[best[0]:best[1]]}
+        while j < len(near) and near[j][0] <= start + spread:
+            inside[near[j][1]] = inside.get(near[j][1], 0) + 1
+            j += 1
+        if len(inside) > best_n:
+            best, best_n = i, len(inside)
+        lid = near[i][1]
+        inside[lid] -= 1
+        if not inside[lid]:
+            del inside[lid]
+    span: dict[str, Any] = {}
+    for t, lid in near[best:]:
+        if t > near[best][0] + spread:
+            break
+        span.setdefault(lid, [t, recent[lid][1]])  # its earliest down in the span
+    return span
 
 
 def _enough(kind: str, root: str, downs: int, idx: dict[str, Any], policy: Policy) -> bool:

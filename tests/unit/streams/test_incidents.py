@@ -655,3 +655,70 @@ def test_a_node_rebooting_just_after_its_leaf_is_its_own_incident_read_late_too(
     for ev in [*node, *ticks(300 * S, 600 * S)]:
         out += late.feed_all(ev)
     assert outcome(out) == want
+
+
+def test_a_reboots_down_read_after_the_same_links_later_bounce_still_counts() -> None:
+    """node01 reboots: its four rails go down within 0.3 s (the leaf ends report), come back
+    at 30 s, and rail 1 bounces at 40 s. The host end's report of that bounce is read before
+    the leaf's report of the reboot's down on the same link (two sources, two partitions).
+    Before, a link kept only its newest down: the reboot's was lost, three rails of four
+    were no node reboot, and read that way the node's downs were judged one by one."""
+    reboot = [down(f"leaf-su01-r{r + 1}", 1, r * 100) for r in range(4)]
+    back = [down(f"leaf-su01-r{r + 1}", 1, 30 * S + r * 100, "up") for r in range(4)]
+    bounce = [down("node01/mlx5_1", 1, 40 * S), down("node01/mlx5_1", 1, 42 * S, "up")]
+
+    def incidents(order: list[PortEvent]) -> set[tuple[str, str, int]]:
+        engine = Engine(Policy())
+        engine.feed_all(topology())
+        out: list[object] = []
+        for ev in [*order, *ticks(60 * S, 400 * S)]:
+            out += engine.feed_all(ev)
+        return {(i.cause.value, i.root, i.started) for i in out if isinstance(i, Incident)}
+
+    in_time = incidents(sorted([*reboot, *back, *bounce], key=lambda e: e.ts))
+    assert in_time == {("node_reboot", "node01", BASE)}
+    assert incidents([*bounce, *reboot, *back]) == in_time
+
+
+@st.composite
+def _reboots_read_late(draw: st.DrawFn) -> tuple[list[PortEvent], dict[str, int]]:
+    """Node reboots, each rail reported by either end, some rails bouncing after they came
+    back (reported by the other end), and a delay per reporting device (a poller, a source
+    read late), within the allowed lateness."""
+    events: list[PortEvent] = []
+    for n in range(1, 5):
+        if not draw(st.booleans()):
+            continue
+        t0 = draw(st.integers(0, 200)) * S
+        for r in range(4):
+            leaf, host = (f"leaf-su01-r{r + 1}", n), (f"node0{n}/mlx5_{r}", 1)
+            first, other = (leaf, host) if draw(st.booleans()) else (host, leaf)
+            events.append(down(*first, t0 + draw(st.integers(0, 3000))))
+            back = t0 + draw(st.integers(10, 40)) * S
+            events.append(down(*first, back, "up"))
+            if draw(st.booleans()):
+                bounce = back + draw(st.integers(2, 20)) * S
+                events += [down(*other, bounce), down(*other, bounce + 2 * S, "up")]
+    delays = {e.device: draw(st.integers(0, 30)) * S for e in events}
+    return events, delays
+
+
+@settings(max_examples=80, deadline=None)
+@given(case=_reboots_read_late())
+def test_reboots_read_late_are_the_incidents_read_in_time(
+        case: tuple[list[PortEvent], dict[str, int]]) -> None:
+    events, delays = case
+
+    def outcome(order: list[PortEvent]) -> tuple[set[tuple[str, str]], list[str]]:
+        engine = Engine(Policy())
+        engine.feed_all(topology())
+        out: list[object] = []
+        for ev in [*order, *ticks(400 * S, 900 * S)]:
+            out += engine.feed_all(ev)
+        return ({(i.cause.value, i.root) for i in out if isinstance(i, Incident)},
+                sorted(d.key for d in out if isinstance(d, Detection) and d.incident is None
+                       and d.action == Action.ISOLATE_PORT))
+
+    in_time = outcome(sorted(events, key=lambda e: e.ts))
+    read_late = outcome(sorted(events, key=lambda e: (e.ts + delays[e.device], e.ts)))
+    assert read_late == in_time
