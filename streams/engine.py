@@ -269,10 +269,10 @@ class Engine:
 
     def apply_stale(self, value: dict[str, Any] | None, event: CountersMessage, lane: int = 0,
                     parts: Sequence[StreamReport] | None = None,
-                    held: Collection[str] = ()
+                    held: Collection[str] = (), wall_ms: int | None = None
                     ) -> tuple[dict[str, Any], list[Detection], list[CounterDowns], bool]:
         def run(st: Any) -> tuple[Any, list[Detection], list[CounterDowns]]:
-            new, dets = self.stale.step(st, event, lane, parts, held)
+            new, dets = self.stale.step(st, event, lane, parts, held, wall_ms)
             return new, dets, []
         return once(value, event.id, run)
 

@@ -23,7 +23,8 @@ streams, so a rebalance during a silence still ends it with ``stale_end``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Sequence
+import time
+from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -46,9 +47,11 @@ class StaleObserver:
     """The stale detector's states over ``table`` (get / set by key), fed by the counters
     path with each decoded message and its partition."""
 
-    def __init__(self, sa: StreamsApp, table: Any) -> None:
+    def __init__(self, sa: StreamsApp, table: Any,
+                 wall_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000) -> None:
         self.sa = sa
         self.table = table
+        self.wall_ms = wall_ms  # how long a quiet lane has looked idle (``IDLE_WALL_MS``)
         self.scopes: dict[str, dict[str, Any]] = {}  # fabric -> once() box of the StaleState
         self.partition_of: dict[str, dict[str, int]] = {}  # fabric -> stream key -> partition
         # fabric -> partition -> its stream keys (an ordered set: a slice's keys in the order
@@ -166,7 +169,7 @@ class StaleObserver:
         if parts is None:
             parts = msg.split()  # a host agent's message: one stream per HCA
         box, detections, _, redelivered = self.sa.engine.apply_stale(
-            self.scopes.get(msg.fabric), msg, partition, parts, self.held)
+            self.scopes.get(msg.fabric), msg, partition, parts, self.held, self.wall_ms())
         self.scopes[msg.fabric] = box
         for part in parts:
             self.assign(msg.fabric, report_key(part), partition)

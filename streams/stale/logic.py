@@ -13,7 +13,10 @@ A missing port must never look like a healthy one. Pinned semantics:
   a clock its own partition has not reached. A consumer that knows more than the counts
   (``held``: a partition with records not yet read) keeps such lanes holding the clock
   whatever the others carried: a fetch can bring one partition's whole backlog before
-  another's. The clock never goes back. A scope that
+  another's. A live worker also knows the wall time: a lane idle by count holds the clock
+  for ``IDLE_WALL_MS`` more of it, for records not yet *written* (collectors flushing
+  their buffers after a broker outage fill one partition seconds before another), which no
+  count can tell from a silence. The clock never goes back. A scope that
   hears nothing at all moves no clock and declares nothing stale (a collector that stops
   altogether is an alert on its own metrics).
 * **Who is watched.** Each (device, source) pair is a reporting stream with its own expected
@@ -68,6 +71,7 @@ EWMA_WEIGHT = 0.2  # of a new gap in the learned interval
 CHECK_EVERY_MS = 250
 NEVER_DUE = 1 << 62  # no watched stream has a deadline
 IDLE_ROUNDS = 2  # reports per watched stream after which a quiet lane is idle
+IDLE_WALL_MS = 5_000  # ...and, in a live worker, the wall time it is so before it is idle
 DEVICE_PORT = 0  # a device-wide detection's port
 
 # State (plain JSON, for a changelogged table):
@@ -81,6 +85,8 @@ DEVICE_PORT = 0  # a device-wide detection's port
 #   ports (a message with the same ports all good again moves only ts; absent in states
 #   written before it existed)
 #   "g": the pending gaps (silences seen ahead of the clock), absent when none
+#   "iw": {"lane": wall ms it first looked idle by count}: a live worker's only, not
+#   persisted with the slices (after a restart a quiet lane holds the clock once more)
 #   "due": the earliest deadline of a watched stream less a ms, from the last check that
 #   walked them and lowered by reports since (absent: unknown; never stored in a slice)
 #   "r": {"source\x1fdevice": ts}: the report that ended the stream's last silence longer
@@ -144,6 +150,32 @@ def new_state() -> StaleState:
     return {"clock": None, "checked": None, "fabric": "", "n": 0, "w": {}, "s": {}}
 
 
+def _low_held_in_wall_time(state: StaleState, lanes: dict[str, list[int]], n: int,
+                           idle_after: int, held: Collection[str], wall_ms: int) -> int:
+    """The clock's candidate: the lowest mark of the lanes still delivering, where a lane
+    idle by count still delivers until it has been so for ``IDLE_WALL_MS`` of wall time.
+
+    Counts cannot tell a partition whose devices went silent from one whose records are not
+    written yet: collectors flushing their buffers after a broker outage, or one producer's
+    burst, fill one partition before another, and the other's devices would be stale for
+    the few seconds until theirs land, then end (a false pair). When each lane first looked
+    idle is wall time, not event time: kept beside the state (``iw``), never persisted."""
+    quiet: dict[str, int] = state.setdefault("iw", {})
+    low: int | None = None
+    for name, mark in lanes.items():
+        if n - mark[1] <= idle_after or name in held:
+            quiet.pop(name, None)
+        else:
+            since = quiet.setdefault(name, wall_ms)
+            if since > wall_ms:  # the wall clock went back: count from now
+                quiet[name] = since = wall_ms
+            if wall_ms - since >= IDLE_WALL_MS:
+                continue
+        low = mark[0] if low is None else min(low, mark[0])
+    # (never None: the lane of this message has just delivered)
+    return low if low is not None else min(m[0] for m in lanes.values())
+
+
 class StaleDetector:
     """The stale detector with the policy's staleness section resolved once."""
 
@@ -156,11 +188,15 @@ class StaleDetector:
 
     def step(self, state: StaleState | None, event: CountersMessage, lane: int = 0,
              parts: Sequence[StreamReport] | None = None,
-             held: Collection[str] = ()) -> tuple[StaleState, list[Detection]]:
+             held: Collection[str] = (), wall_ms: int | None = None
+             ) -> tuple[StaleState, list[Detection]]:
         """Apply one counters message of ``lane``; the (mutated) state and any detections.
 
         ``held``: lanes the consumer knows are not idle, whatever they carried (records
         not yet read): they hold the clock back.
+
+        ``wall_ms``: the consumer's wall clock (a live worker; replay, one lane, has none).
+        A lane idle by count holds the clock back for ``IDLE_WALL_MS`` of wall time first.
 
         A host agent's message is one stream per HCA (``Counters.split``; ``parts`` when
         the caller has split it already).
@@ -182,7 +218,11 @@ class StaleDetector:
             mark[0] = max(mark[0], event.ts)
             mark[1] = n
         idle_after = IDLE_ROUNDS * max(1, len(state["s"]))
-        low = min(m[0] for name, m in lanes.items() if n - m[1] <= idle_after or name in held)
+        if wall_ms is None:
+            low = min(m[0] for name, m in lanes.items()
+                      if n - m[1] <= idle_after or name in held)
+        else:
+            low = _low_held_in_wall_time(state, lanes, n, idle_after, held, wall_ms)
         clock = state["clock"]
         if clock is None or low > clock:
             state["clock"] = clock = low

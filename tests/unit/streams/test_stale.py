@@ -453,10 +453,13 @@ def test_a_rebalance_during_a_silence_still_ends_the_episode(order: str, table: 
 
     sa = SimpleNamespace(engine=Engine(Policy()), publish=publish)
     store = ChangelogStore("stale")
-    observer = StaleObserver(sa, {} if table == "faust" else store)  # type: ignore[arg-type]
+    now = [0]  # the wall clock: these messages come in real time
+    observer = StaleObserver(sa, {} if table == "faust" else store,  # type: ignore[arg-type]
+                             wall_ms=lambda: now[0])
     silent, rest = DEVICES[0], DEVICES[1:]
 
     def feed(device: str, t: int) -> None:
+        now[0] = max(now[0], t)
         asyncio.run(observer.observe(msg(device, t), 0 if device == silent else 1))
 
     for t in range(30):
@@ -516,3 +519,53 @@ def test_a_check_that_skips_the_walk_before_the_earliest_deadline_fires_the_same
     s_state.pop("due", None)
     w_state.pop("due", None)
     assert s_state == w_state
+
+
+def _outage_then_flush(flush_gap_ms: int | None, *, live: bool
+                       ) -> list[tuple[str, str]]:
+    """Four devices on lane 0 and one on lane 1 report every second for 30 s; the broker is
+    then away for 60 s, and the collectors flush what they kept: lane 0's minute in half a
+    second of wall time, lane 1's ``flush_gap_ms`` later (None: never; its device is
+    down), after which everything reports in real time again for 20 s. The detections,
+    as (kind, device)."""
+    detector = StaleDetector(Policy())
+    state = None
+    out: list[tuple[str, str]] = []
+    wall = 0
+    silent, rest = DEVICES[0], DEVICES[1:]
+
+    def feed(device: str, t: int) -> None:
+        nonlocal state
+        state, dets = detector.step(state, msg(device, t), 1 if device == silent else 0,
+                                    wall_ms=wall if live else None)
+        out.extend((str(d.detection), d.device) for d in dets)
+
+    for t in range(30):
+        wall = t * S
+        for d in DEVICES:
+            feed(d, t * S)
+    flushed = 90 * S  # wall: the broker is back
+    for k, t in enumerate(range(30, 90)):
+        wall = flushed + k * 8
+        for d in rest:
+            feed(d, t * S)
+    for t in range(90, 110):
+        wall = flushed + (t - 90) * S
+        if flush_gap_ms is not None and t == 90:
+            wall = flushed + flush_gap_ms
+            for k in range(30, 90):
+                feed(silent, k * S)
+        for d in DEVICES if flush_gap_ms is not None else rest:
+            feed(d, t * S)
+    return out
+
+
+def test_a_lane_flushed_seconds_after_another_is_not_a_silence() -> None:
+    # counts alone (replay's semantics, a single lane there): the lane flushed second looked
+    # idle while the first flushed, its device stale for two seconds, then back
+    assert _outage_then_flush(2 * S, live=False) == [("stale", DEVICES[0]),
+                                                     ("stale_end", DEVICES[0])]
+    # a live worker holds the lane for IDLE_WALL_MS of wall time first
+    assert _outage_then_flush(2 * S, live=True) == []
+    # a lane that stays quiet is a silence once that wall time has passed
+    assert _outage_then_flush(None, live=True) == [("stale", DEVICES[0])]
