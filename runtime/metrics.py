@@ -39,6 +39,10 @@ series                                          type       labels / meaning
                                                            budget workflow's own count)
 ``fabricwatch_breaker_open_detections_total``   counter    ``su``: breaker_open detections fired
                                                            by the stream processors
+``fabricwatch_stream_agents``                   gauge      ``agents``: 1 from a stream worker
+                                                           running that agent group (``all``,
+                                                           ``traps``, ``rest``): a group with
+                                                           no worker is absent
 =============================================  =========  =====================================
 
 The metric objects are module-level, as prometheus-client intends (one registry per
@@ -90,6 +94,10 @@ BREAKER_OPEN = Gauge("fabricwatch_breaker_open",
 BREAKER_REFUSED = Gauge("fabricwatch_breaker_refused_total",
                         "Isolations the SU's budget refused (the budget workflow's count).",
                         ["fabric", "su"])
+# 1 per stream worker process for the agent group it runs (``fabricwatch worker --agents``):
+# with the trap path apart, its absence is the trap path down while the rest looks busy.
+STREAM_AGENTS = Gauge("fabricwatch_stream_agents", "1: this stream worker runs the agent group.",
+                      ["agents"])
 BREAKER_OPEN_DETECTIONS = Counter("fabricwatch_breaker_open_detections",
                                   "breaker_open detections fired by the stream processors.", ["su"])
 
@@ -104,8 +112,10 @@ SERIES: tuple[str, ...] = (
     "fabricwatch_collector_failures_total", "fabricwatch_collector_round_seconds",
     "fabricwatch_collector_last_round_timestamp_seconds",
     "fabricwatch_runbooks_needs_human", "fabricwatch_runbooks_status_unknown",
+    "fabricwatch_stream_agents",
 )
-STREAMS_SERIES = SERIES[:5] + ("fabricwatch_breaker_open_detections_total",)
+STREAMS_SERIES = SERIES[:5] + ("fabricwatch_breaker_open_detections_total",
+                               "fabricwatch_stream_agents")
 RUNBOOK_SERIES = SERIES[5:11] + ("fabricwatch_runbooks_needs_human",
                                   "fabricwatch_runbooks_status_unknown")
 COLLECTOR_SERIES = SERIES[12:17]

@@ -96,6 +96,9 @@ def worker_command(policy_path: Path | None, workers: int, ledger: bool | None, 
         # the trap path's processes beside the rest's on one host: ports 64 further on
         start_metrics_server(settings.metrics_port + worker_index
                              + (64 if agents == "traps" else 0))
+    from runtime.metrics import STREAM_AGENTS
+
+    STREAM_AGENTS.labels(agents).set(1)
     asyncio.run(sa.ensure_topics())
     sa.load_pins()  # the pinned probe baselines, before consuming
     from runtime import collector

@@ -115,6 +115,7 @@ async def test_worker_serves_the_documented_series(metrics_worker: MetricsWorker
     families = {lab["name"] for lab, _ in before["__families__"]}
     # every series of the stream processors is declared from the start, values or not
     assert set(metrics.STREAMS_SERIES) <= families, families
+    assert value(before, "fabricwatch_stream_agents", agents="all") == 1
     device = f"leaf-su01-r{uuid.uuid4().int % 1000}"
     now = int(time.time() * 1000)
     downs = [PortEvent(id=f"{metrics_worker.app_id}/{i}", ts=now - (2 - i) * 1000, fabric="lab",

@@ -31,6 +31,7 @@ def _run(tmp_path: Path, ci: str | None) -> subprocess.CompletedProcess[str]:
     suite = tmp_path / "tests"
     suite.mkdir(exist_ok=True)
     shutil.copy(CONFTEST, suite / "conftest.py")
+    shutil.copy(CONFTEST.with_name("session_services.py"), suite)  # the conftest imports it
     (suite / "test_lab_skip.py").write_text(SUITE)
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n  lab: needs ibsim\n")
     env = {k: v for k, v in os.environ.items() if k != "CI"}

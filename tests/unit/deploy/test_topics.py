@@ -72,17 +72,24 @@ def test_workers_and_topics_agree_on_partitions(overlay: str, tmp_path: Path) ->
     # the flap table joins port events with counter-downs: both need the same count
     assert partitions_of(settings, registry.PORT_EVENTS) == partitions_of(settings,
                                                                           registry.COUNTERS)
-    sa = StreamsApp(settings, Policy(), ledger=False)
-    internal = {sa.counter_downs.get_topic_name(): sa.n_port, sa.breaker.get_topic_name(): 1,
-                sa.correlate.get_topic_name(): 1, f"{sa.app.conf.id}-__assignor-__leader": 1}
-    for table in sa.app.tables.values():
-        internal[table.changelog_topic.get_topic_name()] = table.partitions
+    # the workloads' two apps, as the StatefulSets run them (the trap path apart)
+    workloads = build(f"k8s/overlays/{overlay}")
+    internal: dict[str, int] = {}
+    for name in ("fabricwatch-streams", "fabricwatch-streams-traps"):
+        sts = one(workloads, "StatefulSet", name)
+        [worker] = sts["spec"]["template"]["spec"]["containers"]
+        agents = worker["args"][worker["args"].index("--agents") + 1]
+        sa = StreamsApp(settings, Policy(), ledger=False, agents=agents)
+        internal.update({sa.counter_downs.get_topic_name(): sa.n_port,
+                         sa.breaker.get_topic_name(): 1, sa.correlate.get_topic_name(): 1,
+                         f"{sa.app.conf.id}-__assignor-__leader": 1})
+        for table in sa.app.tables.values():
+            internal[table.changelog_topic.get_topic_name()] = table.partitions
+        # workers beyond the input partition count would idle
+        assert sts["spec"]["replicas"] <= partitions_of(settings, registry.PORT_EVENTS)
     declared_internal = {k: v["partitions"] for k, v in declared.items()
                          if k.startswith("fabricwatch-streams")}
     assert declared_internal == internal
-    # workers beyond the input partition count would idle
-    sts = one(build(f"k8s/overlays/{overlay}"), "StatefulSet", "fabricwatch-streams")
-    assert sts["spec"]["replicas"] <= partitions_of(settings, registry.PORT_EVENTS)
     assert settings.streams.standby_replicas == 1
     assert settings.streams.topic_replication_factor == 3
 

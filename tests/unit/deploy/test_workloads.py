@@ -14,6 +14,7 @@ import importlib.util
 import re
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import click
 import pytest
@@ -29,7 +30,8 @@ from .manifests import DEPLOY, build, env_configmap, find, one, pod_specs
 
 OVERLAYS = ("k8s/overlays/10k", "k8s/overlays/100k", "k8s/overlays/1m")
 FABRIC_AGENT = "fabricwatch-fabric-agent"
-HTTP_WORKLOADS = ("fabricwatch-streams", "fabricwatch-runbook-worker", "fabricwatch-dispatcher")
+HTTP_WORKLOADS = ("fabricwatch-streams", "fabricwatch-streams-traps", "fabricwatch-runbook-worker",
+                  "fabricwatch-dispatcher")
 
 
 def _module(path: Path) -> ModuleType:
@@ -102,16 +104,24 @@ def test_probes_resources_and_metrics(overlay: str) -> None:
             assert c["startupProbe"]["httpGet"]["port"] == "metrics"
 
 
-def test_streams_keep_rocksdb_state_on_a_volume_with_standbys() -> None:
-    docs = build("k8s/overlays/100k")
-    sts = one(docs, "StatefulSet", "fabricwatch-streams")
-    [claim] = sts["spec"]["volumeClaimTemplates"]
-    [c] = sts["spec"]["template"]["spec"]["containers"]
-    mount = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}[claim["metadata"]["name"]]
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_streams_keep_rocksdb_state_on_a_volume_with_standbys(overlay: str) -> None:
+    docs = build(overlay)
     env = env_configmap(docs)
-    assert env["FABRICWATCH_STATE_DIR"] == mount  # streams/app.py: state_dir/streams/...
     assert env["FABRICWATCH_STREAMS__STANDBY_REPLICAS"] == "1"
-    assert c["args"][0] == "worker"
+    groups = {}
+    for name in ("fabricwatch-streams", "fabricwatch-streams-traps"):
+        sts = one(docs, "StatefulSet", name)
+        [claim] = sts["spec"]["volumeClaimTemplates"]
+        [c] = sts["spec"]["template"]["spec"]["containers"]
+        mount = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}[claim["metadata"]["name"]]
+        assert env["FABRICWATCH_STATE_DIR"] == mount  # streams/app.py: state_dir/streams/...
+        assert c["args"][0] == "worker"
+        groups[name] = c["args"][c["args"].index("--agents") + 1]
+        # a standby copy needs a second worker of the same set
+        assert sts["spec"]["replicas"] >= 2, name
+    # the trap path apart from the rest, both run: every agent, once
+    assert groups == {"fabricwatch-streams": "rest", "fabricwatch-streams-traps": "traps"}
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
@@ -266,10 +276,15 @@ def test_the_runbook_role_can_replace_nodes_and_nothing_more() -> None:
 def test_the_stream_worker_reads_the_plan_of_the_configuration(overlay: str) -> None:
     """The cable plan is part of the deployment's configuration: the stream worker has
     FABRICWATCH_PLAN_PATH pointing into the config component's plan ConfigMap, mounted."""
-    from streams.topology.plan import load_plan
 
     docs = build(overlay)
-    streams = one(docs, "StatefulSet", "fabricwatch-streams")
+    for name in ("fabricwatch-streams", "fabricwatch-streams-traps"):  # the breaker's SU sizes
+        _reads_the_plan(docs, one(docs, "StatefulSet", name))
+
+
+def _reads_the_plan(docs: list[dict[str, Any]], streams: dict[str, Any]) -> None:
+    from streams.topology.plan import load_plan
+
     spec = streams["spec"]["template"]["spec"]
     [worker] = [c for c in spec["containers"] if c["name"] == "worker"]
     [path] = [e["value"] for e in worker["env"] if e["name"] == "FABRICWATCH_PLAN_PATH"]
