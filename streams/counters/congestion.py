@@ -236,20 +236,11 @@ def judge_ecn(det: CountersDetector, state: dict[str, Any], event: Counters,
     ports: dict[str, PortState] = state["ports"]
     # a per-priority episode whose port now reports sums only ends (one whose port this
     # message lacks goes on: a poll that missed it is no change of basis)
-    queues: dict[str, str] = state.get("ecnq") or {}
-    for prio in [k for k, h in queues.items() if _moved_on(h, ports, event, tally)]:
-        release(det, ports, queues.pop(prio), f"ecn_pfc:q{prio}")
-    keep(state, "ecnq", queues)
-    storms: dict[str, str] = state.get("txs") or {}
-    for prio in [k for k, h in storms.items()
-                 if k != "d" and _moved_on(h, ports, event, tally)]:
-        release(det, ports, storms.pop(prio), f"{TX_STORM}:q{prio}")
-    keep(state, "txs", storms)
-    waiting: dict[str, str] = state.get("txw") or {}
-    for prio in [k for k, h in waiting.items()
-                 if k != "d" and _moved_on(h, ports, event, tally)]:
-        del waiting[prio]
-    keep(state, "txw", waiting)
+    end_moved_on(det, state, "ecnq", ports, event, tally, device=False,
+                 cond=lambda prio: f"ecn_pfc:q{prio}")
+    end_moved_on(det, state, "txs", ports, event, tally, device=False,
+                 cond=lambda prio: f"{TX_STORM}:q{prio}")
+    end_moved_on(det, state, "txw", ports, event, tally, device=False)
     if tx_storm(det, state, event, samples, tally, tally.top_port, tally.top_pauses,
                 tally.pauses, tally.marks, tally.dt_s, None, detections):
         return  # the device's pauses are one port's storm: no verdict on its configuration
@@ -285,14 +276,9 @@ def judge_priorities(det: CountersDetector, state: dict[str, Any], event: Counte
     # has reported with it (or has not for long)
     if "ecn" in state and _moved_on(state["ecn"], ports, event, tally):
         release(det, ports, state.pop("ecn"), "ecn_pfc")
-    storms: dict[str, str] = state.get("txs") or {}
-    if "d" in storms and _moved_on(storms["d"], ports, event, tally):  # ...and its storm's
-        release(det, ports, storms.pop("d"), TX_STORM)
-        keep(state, "txs", storms)
-    waiting: dict[str, str] = state.get("txw") or {}
-    if "d" in waiting and _moved_on(waiting["d"], ports, event, tally):
-        del waiting["d"]
-        keep(state, "txw", waiting)
+    end_moved_on(det, state, "txs", ports, event, tally, device=True,  # ...and its storm's
+                 cond=lambda _: TX_STORM)
+    end_moved_on(det, state, "txw", ports, event, tally, device=True)  # ...and its wait
     held: dict[str, str] = state.get("ecnq") or {}
     dt_s = tally.dt_s
     for prio in sorted(tally.prio):
@@ -403,6 +389,21 @@ def release(det: CountersDetector, ports: dict[str, PortState], holder: str, con
     det._dirty = True  # noqa: SLF001
     if holder in ports:
         det._close(ports[holder], cond)  # noqa: SLF001
+
+
+def end_moved_on(det: CountersDetector, state: dict[str, Any], name: str,
+                 ports: dict[str, PortState], event: Counters, tally: EcnTally, *,
+                 device: bool, cond: Callable[[str], str] | None = None) -> None:
+    """At a change of basis: the entries of holder map ``name`` of the other basis (the
+    device's, key ``d``, or the priorities') whose port has moved on (``_moved_on``) end:
+    an episode is released under ``cond(key)``, a wait (no ``cond``) is forgotten."""
+    holders: dict[str, str] = state.get(name) or {}
+    for key in [k for k, h in holders.items()
+                if (k == "d") == device and _moved_on(h, ports, event, tally)]:
+        holder = holders.pop(key)
+        if cond is not None:
+            release(det, ports, holder, cond(key))
+    keep(state, name, holders)
 
 
 def keep(state: dict[str, Any], name: str, holders: dict[str, str]) -> None:
