@@ -199,6 +199,11 @@ def step(state: dict[str, Any] | None, index: dict[str, Any] | None, event: Corr
     idx = index if index is not None else EMPTY_INDEX
     out = Outputs([], [], [])
     cfg = policy.fabric_health.incidents
+    if not isinstance(event, Tick):
+        # what had settled by the event's own time closes before the event is judged: read
+        # before any tick moved the clock there, a member's down past the settle would
+        # otherwise join (and excuse) the incident it came after
+        _advance(st, event.ts, event.fabric, policy, out)
     if isinstance(event, Maintenance):
         _window(st, event)
     elif isinstance(event, PortEvent):

@@ -722,3 +722,32 @@ def test_reboots_read_late_are_the_incidents_read_in_time(
     in_time = outcome(sorted(events, key=lambda e: e.ts))
     read_late = outcome(sorted(events, key=lambda e: (e.ts + delays[e.device], e.ts)))
     assert read_late == in_time
+
+
+def test_a_members_down_past_the_settle_is_its_own_whenever_the_clock_got_there() -> None:
+    """node01 reboots (back at 30 s, settled by 150 s); its rail 1 then flaps at 157, 267
+    and 377 s. Read with the clock's ticks on time, the incident closed at 150 s and the
+    flap is the link's own. Read with the ticks 30 s late, no tick had moved the clock past
+    the settle when the 157 s down came: it joined the incident, which excused the flap."""
+    reboot = [down(f"leaf-su01-r{r + 1}", 1, r * 100) for r in range(4)]
+    reboot += [down(f"leaf-su01-r{r + 1}", 1, 30 * S + r * 100, "up") for r in range(4)]
+    bounces = [e for t in (157, 267, 377) for e in (down("node01/mlx5_1", 1, t * S),
+                                                    down("node01/mlx5_1", 1, (t + 2) * S, "up"))]
+    clock = ticks(0, 600 * S)
+
+    def outcome(order: list[object]) -> tuple[set[tuple[str, str]], list[str]]:
+        engine = Engine(Policy())
+        engine.feed_all(topology())
+        out: list[object] = []
+        for ev in order:
+            out += engine.feed_all(ev)
+        return ({(i.cause.value, i.root) for i in out if isinstance(i, Incident)},
+                sorted(d.key for d in out if isinstance(d, Detection) and d.incident is None
+                       and d.action == Action.ISOLATE_PORT))
+
+    events = [*reboot, *bounces]
+    in_time = outcome(sorted([*events, *clock], key=lambda e: e.ts))
+    assert in_time == ({("node_reboot", "node01")}, ["node01/mlx5_1:1"])
+    late_ticks = sorted([(e.ts, 0, e) for e in events] + [(t.ts + 30 * S, 1, t) for t in clock],
+                        key=lambda x: (x[0], x[1]))
+    assert outcome([e for _, _, e in late_ticks]) == in_time
