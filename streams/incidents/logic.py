@@ -322,8 +322,8 @@ def _port_event(st: dict[str, Any], idx: dict[str, Any], ev: PortEvent, policy: 
         burst = _burst(st["recent"].setdefault(f"{kind}:{root}", {}), link, ends, ev.ts,
                        spread, horizon)
         if _enough(kind, root, len(burst), idx, policy):
-            _open(st, idx, kind, root, burst, ev, su_of, out)
-            del st["recent"][f"{kind}:{root}"]
+            inc = _open(st, idx, kind, root, burst, ev, su_of, out)
+            _join_read_earlier(st, inc, st["recent"].pop(f"{kind}:{root}"), burst, ev, out)
     if ev.source in SM_SOURCES and not covered:
         _sm_down(st, idx, link, ends, ev, policy, su_of, out, horizon)
     # what can no longer join anything, even arriving late
@@ -397,7 +397,9 @@ def _sm_down(st: dict[str, Any], idx: dict[str, Any], link: str, ends: list[str]
             devices[device] = devices.get(device, 0) + 1
     if len(devices) < cfg.sm_min_devices or max(devices.values()) * 2 > len(burst):
         return  # few devices, or one device holds most of it: a switch's own incident
-    _open(st, idx, "sm", ev.source, burst, ev, su_of, out)
+    inc = _open(st, idx, "sm", ev.source, burst, ev, su_of, out)
+    # (a down another incident explains stays its: in time it would not have joined)
+    _join_read_earlier(st, inc, _unexplained(st, st["sm_recent"], policy), burst, ev, out)
     st["sm_recent"] = {}
 
 
@@ -541,7 +543,8 @@ def _enough(kind: str, root: str, downs: int, idx: dict[str, Any], policy: Polic
 
 def _open(st: dict[str, Any], idx: dict[str, Any], kind: str, root: str,
           recent: dict[str, Any], ev: PortEvent, su_of: Callable[[str], str | None],
-          out: Outputs) -> None:
+          out: Outputs) -> dict[str, Any] | None:
+    """Open the incident of ``recent`` (the burst's links); None when it was closed before."""
     started = min(ts for ts, _ in recent.values())
     cause = {"switch": IncidentCause.SWITCH_REBOOT, "host": IncidentCause.NODE_REBOOT,
              "sm": IncidentCause.SM_EVENT}[kind]
@@ -562,10 +565,29 @@ def _open(st: dict[str, Any], idx: dict[str, Any], kind: str, root: str,
            "last_change": max([ev.ts, *(t for _, t in links.values())]), "links": links,
            "members": members, "rev": 0, "evidence": evidence}
     if inc["incident"] in st["closed"]:
-        return  # opened and closed already: its downs read again never open it twice
+        return None  # opened and closed already: its downs read again never open it twice
     st["open"][inc["incident"]] = inc
     out.incidents.append(_message(inc, "open", ev.ts))
     out.excuses += _excuses(inc, members, ev.ts)
+    return inc
+
+
+def _join_read_earlier(st: dict[str, Any], inc: dict[str, Any] | None,
+                       recent: dict[str, Any], burst: dict[str, Any], ev: PortEvent,
+                       out: Outputs) -> None:
+    """The root's downs from after the burst that were read before it (another source,
+    another partition, the burst's own reports late) join the incident just opened, as
+    they would have arriving after the open: the burst is only the span that opened it."""
+    if inc is None:
+        return
+    last = max(t for t, _ in burst.values())
+    for lid in sorted(recent):
+        later = [t for t in _down_times(recent[lid]) if t > last]
+        if lid in burst or lid in inc["links"] or not later:
+            continue
+        inc["links"][lid] = _link_state(st, lid, later[0])
+        inc["last_change"] = max(inc["last_change"], inc["links"][lid][1])
+        _grow(st, inc, recent[lid][1], ev, out)
 
 
 def _grow(st: dict[str, Any], inc: dict[str, Any], ends: list[str], ev: PortEvent,

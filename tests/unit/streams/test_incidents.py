@@ -751,3 +751,31 @@ def test_a_members_down_past_the_settle_is_its_own_whenever_the_clock_got_there(
     late_ticks = sorted([(e.ts, 0, e) for e in events] + [(t.ts + 30 * S, 1, t) for t in clock],
                         key=lambda x: (x[0], x[1]))
     assert outcome([e for _, _, e in late_ticks]) == in_time
+
+
+def test_a_roots_down_read_before_its_incident_opened_joins_it() -> None:
+    """spine-1 reboots: four of its links down within 0.6 s (their leaves report 10 s late),
+    a fifth at 8 s, back at 10 s; that fifth link goes down again at 400 and 500 s. In time
+    the 8 s down arrives after the open and joins; read before the open it was outside the
+    span that opened it and was dropped, so the link's later downs made a flap with the
+    reboot's down among them."""
+    reboot = [down(f"leaf-su01-r{i}", 33, (i - 1) * 200) for i in range(1, 5)]
+    fifth = [down("leaf-su01-r5", 33, 8 * S), down("leaf-su01-r5", 33, 10 * S, "up")]
+    back = [down(f"leaf-su01-r{i}", 33, 10 * S + i * 100, "up") for i in range(1, 5)]
+    later = [down("leaf-su01-r5", 33, 400 * S), down("leaf-su01-r5", 33, 402 * S, "up"),
+             down("leaf-su01-r5", 33, 500 * S), down("leaf-su01-r5", 33, 502 * S, "up")]
+
+    def outcome(order: list[PortEvent]) -> tuple[set[tuple[str, str, int]], list[str]]:
+        engine = Engine(Policy())
+        engine.feed_all(topology())
+        out: list[object] = []
+        for ev in [*order, *ticks(600 * S, 900 * S)]:
+            out += engine.feed_all(ev)
+        incs = [i for i in out if isinstance(i, Incident)]
+        return ({(i.cause.value, i.root, len(i.members)) for i in incs if i.state == "closed"},
+                sorted(d.key for d in out if isinstance(d, Detection) and d.incident is None
+                       and d.action == Action.ISOLATE_PORT))
+
+    in_time = outcome(sorted([*reboot, *fifth, *back, *later], key=lambda e: e.ts))
+    assert in_time == ({("switch_reboot", "spine-1", 10)}, [])
+    assert outcome([*fifth, *reboot, *back, *later]) == in_time
