@@ -40,7 +40,11 @@ other end, another source) does not hide the reboot's down. A down of
 a closed incident's link inside its time (read again after a restart) opens nothing. A down
 read after the incident opened, from within ``spread`` before its start, moves the start
 back (the id stays) and every member's excuse with it; a down read after its link's up
-(kept as long as a down can still be late) joins as a link already back.
+(kept as long as a down can still be late) joins as a link already back; a root's down from
+after the span that opened its incident, read before the open, joins at the open (read in
+time it would have arrived after). The clock moves to each event's own time before the
+event is judged, so what had settled by then is closed first, whether or not a tick got
+the clock there before the event was read.
 
 An incident is published when it opens, when its members change and when it closes; its
 members are the port keys of both ends of every link of the root that went down while it
