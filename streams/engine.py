@@ -182,7 +182,7 @@ class Engine:
             self.policy, su_of=self.context.su_of)
         for excuse in outs.excuses:
             self.feed_flap(excuse)
-        return [*outs.incidents, *outs.detections]
+        return [*outs.incidents, *outs.detections, *outs.followups]
 
     def detect(self, event: Event | CounterDowns) -> list[Detection]:
         """What the detectors (not the breaker) make of ``event``, before correlation."""

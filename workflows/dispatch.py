@@ -8,7 +8,10 @@ end joins it, and the workflow ignores a detection id it has already seen.
 
 A detection that carries ``incident`` (its port is a member of an open incident: a switch
 or node reboot) or ``maintenance`` (inside a maintenance window) starts no port runbook;
-it is recorded by the ledger and the incident is handled as one.
+it is recorded by the ledger and the incident is handled as one. One that also carries
+``evidence.explains`` is the correlator's ``<id>/explained``: the detection it names was
+published before that incident opened, and may have started the cable's runbook, which is
+signalled ``explained`` (it stands down once all its detections are so explained).
 
 Exactly once per episode: before starting, the dispatcher looks at the cable's last run. A
 running one is joined; a closed one whose episodes (its own and the earlier ones it carried)
@@ -62,6 +65,7 @@ from workflows.inventory import Inventory
 from workflows.remediation.models import (
     ActivityTimeouts,
     DetectionRef,
+    Explained,
     PriorRun,
     RemediationInput,
     RemediationResult,
@@ -129,6 +133,7 @@ class DispatchStats:
     duplicate: int = 0  # the episode already had a runbook that closed
     unknown: int = 0  # a port the inventory does not have (or no topology yet): no runbook
     held: int = 0  # part of an incident or inside a maintenance window: no port runbook
+    explained: int = 0  # a running runbook told its detection was an incident's
 
 
 # Who records and pages an unknown port (the ``source`` of its ``unknown_device`` detection).
@@ -213,6 +218,8 @@ class Dispatcher:
             self.stats.held += 1
             log.info("detection %s on %s: no port runbook (incident %s, maintenance %s)",
                      det.id, det.key, det.incident, det.maintenance)
+            if det.incident is not None and isinstance(det.evidence.get("explains"), str):
+                await self.explain(det)
             return False
         if not await self.may_act(det):
             return False
@@ -231,6 +238,25 @@ class Dispatcher:
         await start_or_join(self.client, inp, task_queue=self.task_queue)
         self.stats.dispatched += 1
         return True
+
+    async def explain(self, det: Detection) -> None:
+        """The correlator's ``<id>/explained``: a detection published before the incident
+        that takes its downs opened. The cable's running runbook, which that detection may
+        have started, is told (``explained``); it stands down once all its detections are
+        so explained. A cable with no running runbook has nothing to stand down."""
+        if not self.inventory.knows(det.fabric, det.device, det.port):
+            return  # never cabled: no runbook was started for it
+        wf_id = runbook_id(self.runbook_input(det))
+        running, _ = await closed_runs(self.client, wf_id, now_ms=int(time.time() * 1000),
+                                       window_s=0)
+        if not running:
+            return
+        note = Explained(detection=str(det.evidence["explains"]), incident=str(det.incident),
+                         episode=det.episode)
+        await self.client.get_workflow_handle(wf_id).signal(PortRemediation.explained, note)
+        self.stats.explained += 1
+        log.info("runbook %s: detection %s explained by incident %s", wf_id, note.detection,
+                 note.incident)
 
     async def may_act(self, det: Detection) -> bool:
         """The inventory's gate: True when the fabric's topology has cabled the port.

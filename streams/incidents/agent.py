@@ -122,7 +122,7 @@ def register(sa: StreamsApp) -> None:
                 for ex in outs.excuses:
                     await sa.counter_downs.send(key=f"{ex.device}:{ex.port}".encode(),
                                                 value=orjson.dumps(ex.to_wire()))
-                await sa.emit(outs.detections)
+                await sa.emit([*outs.detections, *outs.followups])
                 sa.stats["incidents"] += len(outs.incidents)
             except Exception as exc:  # never die on a message
                 await sa.failed(raw, exc, event.message)

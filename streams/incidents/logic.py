@@ -51,7 +51,11 @@ members are the port keys of both ends of every link of the root that went down 
 was open. Its members' downs in ``[started, ended]`` are excused from the flap detector
 (``Excuse``), and a member's detection while it is open (or with a ``ts`` inside it) carries
 ``incident``. A member's flap that fired before its excuse arrived, on the incident's own
-downs, is dropped (``raced_its_excuse``): the worker then agrees with replay. It closes
+downs, is dropped (``raced_its_excuse``): the worker then agrees with replay. A flap
+published before the incident that takes its last downs opened (the reboot's other reports
+read later) is kept for ``spread`` plus the lateness; when the incident opens or grows over
+its port and, without the incident's downs, it is no flap, it is published again under the
+incident (``<id>/explained``, evidence ``explains``), so its runbook stands down. It closes
 once every member link is up and has stayed up for ``settle`` (or ``max_open`` after its
 last change, whatever is still down); from then on a link that goes on misbehaving is
 judged on its own, without the incident's downs. A closed incident covers ``settle`` past
@@ -75,7 +79,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from schemas import ActionRecord, Detection, Incident, Maintenance, PortEvent, Topology
@@ -121,6 +125,9 @@ class Outputs:
     incidents: list[Incident]
     excuses: list[Excuse]
     detections: list[Detection]
+    # detections of the correlator's own: a flap published before the incident that takes
+    # its downs opened, published again under it (``_explain_raced``)
+    followups: list[Detection] = field(default_factory=list)
 
 
 def host_of(device: str) -> str | None:
@@ -221,6 +228,7 @@ def step(state: dict[str, Any] | None, index: dict[str, Any] | None, event: Corr
         det = annotate(st, idx, event, su_of)
         if not raced_its_excuse(st, det):
             out.detections.append(det)
+            _keep_if_racing(st, det, policy)
     if isinstance(event, Tick) and event.wall:
         if "wall" in st:
             now = st["clock"] + max(0, event.ts - st["wall"])
@@ -319,7 +327,7 @@ def _port_event(st: dict[str, Any], idx: dict[str, Any], ev: PortEvent, policy: 
                 held["links"][link] = _link_state(st, link, ev.ts)
                 held["last_change"] = max(held["last_change"], held["links"][link][1])
             if held["started"] - spread <= ev.ts < held["started"]:
-                _started_earlier(held, ev, out)
+                _started_earlier(st, held, ev, out)
             if member:
                 _grow(st, held, ends, ev, out)
             continue
@@ -352,7 +360,8 @@ def _link_state(st: dict[str, Any], link: str, down_ts: int) -> list[Any]:
     return [False, up] if up is not None and up > down_ts else [True, down_ts]
 
 
-def _started_earlier(inc: dict[str, Any], ev: PortEvent, out: Outputs) -> None:
+def _started_earlier(st: dict[str, Any], inc: dict[str, Any], ev: PortEvent,
+                     out: Outputs) -> None:
     """A down of the reboot from before the incident opened arrived late: the incident (the
     same id, named when it opened) starts then, and every member's excuse starts there too,
     or that down would count toward a flap of its link."""
@@ -360,6 +369,7 @@ def _started_earlier(inc: dict[str, Any], ev: PortEvent, out: Outputs) -> None:
     inc["rev"] += 1
     out.incidents.append(_message(inc, "update", ev.ts))
     out.excuses += _excuses(inc, inc["members"], ev.ts)
+    _explain_raced(st, inc, inc["members"], out)
 
 
 def _covers(closed: dict[str, Any]) -> int:
@@ -573,6 +583,7 @@ def _open(st: dict[str, Any], idx: dict[str, Any], kind: str, root: str,
     st["open"][inc["incident"]] = inc
     out.incidents.append(_message(inc, "open", ev.ts))
     out.excuses += _excuses(inc, members, ev.ts)
+    _explain_raced(st, inc, members, out)
     return inc
 
 
@@ -603,6 +614,7 @@ def _grow(st: dict[str, Any], inc: dict[str, Any], ends: list[str], ev: PortEven
     inc["rev"] += 1
     out.incidents.append(_message(inc, "update", ev.ts))
     out.excuses += _excuses(inc, new, ev.ts)
+    _explain_raced(st, inc, new, out)
 
 
 def _excuses(inc: dict[str, Any], keys: list[str], ts: int,
@@ -679,6 +691,7 @@ def _advance(st: dict[str, Any], ts: int, fabric: str, policy: Policy, out: Outp
             for old in sorted(st["closed"], key=lambda k: st["closed"][k]["ended"])[
                     :-KEEP_CLOSED]:
                 del st["closed"][old]
+    _forget_racing(st, now)
     st["windows"] = {k: w for k, w in st["windows"].items() if w["end"] + WINDOW_KEEP_MS > now}
     # a runbook that never returned: its wait start no longer matters a week on
     st["wf_last"] = {k: t for k, t in st["wf_last"].items() if t + 7 * WINDOW_KEEP_MS > now}
@@ -748,6 +761,56 @@ def raced_its_excuse(st: dict[str, Any], det: Detection) -> bool:
     return len(outside) <= limit
 
 
+def _keep_if_racing(st: dict[str, Any], det: Detection, policy: Policy) -> None:
+    """A flap published with no incident is kept while an incident that takes its downs can
+    still open (``spread`` plus the lateness past its newest down): read late, a reboot's
+    other reports come after the flap that counted the reboot's down."""
+    if det.detection.value != "flap" or det.incident is not None \
+            or det.maintenance is not None or not isinstance(det.evidence.get("down_ts"), list):
+        return
+    downs = [t for t in det.evidence["down_ts"] if isinstance(t, int)]
+    if not downs:
+        return
+    cfg = policy.fabric_health
+    until = max(downs) + round((cfg.incidents.spread + cfg.stream.allowed_lateness) * 1000)
+    racing = st.setdefault("racing", {})
+    racing.setdefault(det.key, []).append([until, det.to_wire()])
+
+
+def _explain_raced(st: dict[str, Any], inc: dict[str, Any], keys: list[str],
+                   out: Outputs) -> None:
+    """A kept flap of a member that is no flap without the incident's downs (the rule of
+    ``raced_its_excuse``) is published again under the incident (id ``<id>/explained``,
+    evidence ``explains``): its runbook, started before the incident opened, stands down
+    (the dispatcher tells it), and the ledger shows why."""
+    racing: dict[str, list[Any]] = st.get("racing") or {}
+    for key in keys:
+        kept = racing.get(key)
+        if not kept:
+            continue
+        for entry in list(kept):
+            det = Detection.model_validate(entry[1])
+            under = det.model_copy(update={"incident": inc["incident"]})
+            if key in _causes(inc) or not raced_its_excuse(st, under):
+                continue
+            kept.remove(entry)
+            out.followups.append(det.model_copy(update={
+                "id": f"{det.id}/explained", "incident": inc["incident"],
+                "evidence": {**det.evidence, "explains": det.id}}))
+        if not kept:
+            racing.pop(key, None)
+
+
+def _forget_racing(st: dict[str, Any], now: int) -> None:
+    racing: dict[str, list[Any]] = st.get("racing") or {}
+    for key in list(racing):
+        racing[key] = [e for e in racing[key] if e[0] >= now]
+        if not racing[key]:
+            del racing[key]
+    if not racing:
+        st.pop("racing", None)
+
+
 # -- self-inflicted downs ----------------------------------------------------------------
 
 
@@ -797,7 +860,8 @@ def outputs_to_wire(out: Outputs) -> list[Any]:
     """What a redelivery needs to repeat ``out``: incidents and excuses whole, and only the
     annotation of the detection (a detection's one output is itself, annotated)."""
     return [[i.to_wire() for i in out.incidents], [e.to_wire() for e in out.excuses],
-            [[d.incident, d.maintenance] for d in out.detections]]
+            [[d.incident, d.maintenance] for d in out.detections],
+            [d.to_wire() for d in out.followups]]
 
 
 def outputs_from_wire(obj: list[Any], event: CorrelatorInput) -> Outputs:
@@ -811,4 +875,5 @@ def outputs_from_wire(obj: list[Any], event: CorrelatorInput) -> Outputs:
                       if v is not None}
             dets.append(event.model_copy(update=update) if update else event)
     return Outputs([Incident.model_validate(i) for i in obj[0]],
-                   [Excuse.from_wire(e) for e in obj[1]], dets)
+                   [Excuse.from_wire(e) for e in obj[1]], dets,
+                   [Detection.model_validate(d) for d in (obj[3] if len(obj) > 3 else [])])

@@ -218,6 +218,16 @@ class AbortRequest(_Model):
     reason: str | None = None
 
 
+class Explained(_Model):
+    """A detection of the runbook turned out to be an incident's: the correlator published
+    it again under the incident (``<id>/explained``) once its downs were found to be that
+    incident's (a flap that counted a reboot's down, read before the reboot's other reports)."""
+
+    detection: str  # the id of the runbook's detection it explains
+    incident: str
+    episode: str
+
+
 # --- queries and result --------------------------------------------------------------------
 
 class HistoryEntry(_Model):

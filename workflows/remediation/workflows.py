@@ -19,8 +19,11 @@ leaf-spine link: ``isolateEnd`` in the policy), ``peer`` the other end.
 6. return to service: un-isolate, remove label and taint, close the ticket, release the budget.
 
 Every step is an ActionRecord in the ledger. An abort at any point rolls back what was done,
-in the safe order (port back before the budget is released). In shadow mode everything is
-decided and recorded (outcome ``dry_run``) and nothing changes.
+in the safe order (port back before the budget is released). So does the signal
+``explained``, once every detection of the runbook is an incident's after all (the
+correlator's ``<id>/explained``, delivered by the dispatcher): a flap that counted a reboot's
+down, read before the reboot's other reports, stands down (actor ``fabricwatch``). In
+shadow mode everything is decided and recorded (outcome ``dry_run``) and nothing changes.
 
 Since the ``cable-runbook`` patch (``workflow.patched``: runs started before it replay and
 finish the old way):
@@ -72,6 +75,7 @@ with workflow.unsafe.imports_passed_through():
         DetectionRef,
         EvidenceInput,
         EvidenceItem,
+        Explained,
         HistoryEntry,
         PortState,
         RailInput,
@@ -175,6 +179,7 @@ class PortRemediation:
         self._prior_episodes = {e for r in inp.prior for e in r.episodes}
         self._v3 = False  # the probation patch applies (set first thing in run)
         self._measurements: list[dict[str, Any]] = []
+        self._explained: dict[str, str] = {}  # detection id -> the incident that explains it
 
     # --- signals, updates, queries ------------------------------------------------------
 
@@ -218,6 +223,19 @@ class PortRemediation:
     def abort(self, req: AbortRequest) -> None:
         if self._abort is None:
             self._abort = req
+
+    @workflow.signal
+    def explained(self, note: Explained) -> None:
+        """One of its detections was an incident's (``Explained``). Once every detection it
+        has is so explained, the runbook stands down as an abort does: an isolation it made
+        is undone, the budget released, the ticket closed. A detection of its own, not
+        explained, keeps it going."""
+        self._explained[note.detection] = note.incident
+        if self._abort is None and all(d.id in self._explained for d in self._detections):
+            incidents = sorted(set(self._explained.values()))
+            self._abort = AbortRequest(
+                actor="fabricwatch", reason=f"explained by incident {', '.join(incidents)}: "
+                "its downs were that incident's, read before its other reports")
 
     @workflow.query
     def status(self) -> RemediationStatus:

@@ -576,3 +576,68 @@ async def test_cli_lists_cables_and_reconciles(wf_env: WorkflowEnvironment, tmp_
     # the fabric is never touched by reconcile: the human's isolation is still there
     assert sim.is_isolated("leaf-su01-r1", 5)
     assert [c["key"] for c in sim.commands("isolate")] == ["leaf-su01-r1:3", "leaf-su01-r1:5"]
+
+
+async def test_a_flap_the_correlator_explains_stands_its_runbook_down(
+        wf_env: WorkflowEnvironment, tmp_path: Path, ticket_server: TicketServer,
+        task_queue: str) -> None:
+    """A flap that counted a reboot's down, published before the reboot's other reports were
+    read, started the cable's runbook, which isolated the port. The correlator publishes it
+    again under the incident (``<id>/explained``): the dispatcher tells the runbook, which
+    stands down as an abort does (the isolation undone, the budget released), once every
+    detection it has is explained; one of its own, not explained, would keep it going."""
+    client = wf_env.client
+    fabric = f"c{uuid.uuid4().hex[:8]}"
+    fab = FileFabric(tmp_path)
+    fab.script({"*": "clean-and-reseat"})
+    disp = dispatcher(client, fabric, task_queue)
+    flap = detection(fabric, HOST, episode="flap/node0002/mlx5_1:1/1")
+    incident = f"inc/node_reboot/node0002/{flap.ts}"
+    explained = flap.model_copy(update={
+        "id": f"{flap.id}/explained", "incident": incident,
+        "evidence": {**flap.evidence, "explains": flap.id}})
+    async with running_worker(client, task_queue, fab, ticket_server):
+        assert await disp.handle(flap)
+        h = await wait_started(client, cable_id(fabric))
+        await until(h, lambda s: s.waiting_for == "clean-and-reseat")
+        assert await budgets(client, fabric) == (1, 1)
+        assert not await disp.handle(explained)  # held (it carries the incident) ...
+        assert disp.stats.explained == 1  # ... and delivered to the runbook
+        result = await asyncio.wait_for(h.result(), 60)
+        assert await budgets(client, fabric) == (0, 0)
+    assert result.outcome == "aborted"
+    abort = [e for e in result.history if e.step == "abort"][0]
+    assert abort.actor == "fabricwatch" and incident in (abort.note or "")
+    assert [c["key"] for c in fab.calls("isolate")] == ["leaf-su01-r1:3"]
+    assert [c["key"] for c in fab.calls("unisolate")] == ["leaf-su01-r1:3"]
+    # the explained copy read again: no runbook runs, nothing is told
+    assert not await disp.handle(explained)
+    assert disp.stats.explained == 1
+
+
+async def test_a_runbook_with_a_detection_of_its_own_is_not_stood_down(
+        wf_env: WorkflowEnvironment, tmp_path: Path, ticket_server: TicketServer,
+        task_queue: str) -> None:
+    client = wf_env.client
+    fabric = f"c{uuid.uuid4().hex[:8]}"
+    fab = FileFabric(tmp_path)
+    fab.script({"*": "clean-and-reseat"})
+    disp = dispatcher(client, fabric, task_queue)
+    flap = detection(fabric, HOST, episode="flap/node0002/mlx5_1:1/1")
+    other = detection(fabric, LEAF, episode="ber/leaf-su01-r1:3/1")
+    explained = flap.model_copy(update={
+        "id": f"{flap.id}/explained", "incident": "inc/node_reboot/node0002/1",
+        "evidence": {**flap.evidence, "explains": flap.id}})
+    async with running_worker(client, task_queue, fab, ticket_server):
+        assert await disp.handle(flap)
+        h = await wait_started(client, cable_id(fabric))
+        assert await disp.handle(other)  # the switch end's own detection joins
+        await until(h, lambda s: s.waiting_for == "clean-and-reseat" and len(s.detections) == 2)
+        assert not await disp.handle(explained)
+        assert disp.stats.explained == 1
+        await asyncio.sleep(2)
+        st = await h.query(PortRemediation.status)
+        assert st.state == "awaiting_technician" and st.isolated  # the other keeps it going
+        await h.signal(PortRemediation.abort, AbortRequest(actor="test", reason="done"))
+        result = await asyncio.wait_for(h.result(), 60)
+    assert [e.actor for e in result.history if e.step == "abort"] == ["test"]

@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -779,3 +780,53 @@ def test_a_roots_down_read_before_its_incident_opened_joins_it() -> None:
     in_time = outcome(sorted([*reboot, *fifth, *back, *later], key=lambda e: e.ts))
     assert in_time == ({("switch_reboot", "spine-1", 10)}, [])
     assert outcome([*fifth, *reboot, *back, *later]) == in_time
+
+
+def test_a_flap_published_before_its_incident_opened_is_published_again_under_it() -> None:
+    """node01/mlx5_0 went down at -100 and -50 s; node01 reboots at 0 s and that rail's
+    down (0.2 s) is read before the last leaf's report (0.3 s): the flap (three downs) is
+    published, and the node's incident opens next, with the flap's last down its own.
+    Without it the flap is none: the correlator publishes it again under the incident, and
+    only that flap. A flap whose downs all came before the incident is the link's own."""
+    raced = [down("node01/mlx5_0", 1, -100 * S), down("node01/mlx5_0", 1, -98 * S, "up"),
+             down("node01/mlx5_0", 1, -50 * S), down("node01/mlx5_0", 1, -48 * S, "up"),
+             down("leaf-su01-r2", 1, 0), down("leaf-su01-r3", 1, 100),
+             down("node01/mlx5_0", 1, 200), down("leaf-su01-r4", 1, 300)]
+    own = flap("node02/mlx5_0", 1, -200 * S)  # three downs of its own, then node02 reboots
+    own += [down(f"leaf-su01-r{r + 1}", 2, 10 * S + r * 100) for r in range(4)]
+    engine = Engine(Policy())
+    engine.feed_all(topology())
+    out: list[object] = []
+    for ev in sorted([*raced, *own], key=lambda e: e.ts):
+        out += engine.feed_all(ev)
+    flaps = [d for d in out if isinstance(d, Detection) and d.detection.value == "flap"]
+    first = next(d for d in flaps if d.device == "node01/mlx5_0")
+    again = [d for d in flaps if d.id.endswith("/explained")]
+    assert [(d.id, d.incident, d.episode, d.evidence["explains"]) for d in again] == [
+        (f"{first.id}/explained", "inc/node_reboot/node01/1700002800000", first.episode,
+         first.id)]
+    assert first.incident is None
+    node02 = [d for d in flaps if d.device == "node02/mlx5_0"]
+    assert [d.incident for d in node02] == [None]  # the link's own flap stands
+
+
+def test_a_redelivered_down_repeats_the_flap_it_explained() -> None:
+    from streams.incidents.logic import index_topology
+
+    raced = [down("node01/mlx5_0", 1, -100 * S), down("node01/mlx5_0", 1, -50 * S),
+             down("leaf-su01-r2", 1, 0), down("leaf-su01-r3", 1, 100),
+             down("node01/mlx5_0", 1, 200), down("leaf-su01-r4", 1, 300)]
+    engine = Engine(Policy())
+    engine.feed_all(topology())
+    for ev in raced[:-1]:
+        engine.feed_all(ev)
+    box = engine.correlation.get(FABRIC)
+    assert box is not None
+    idx = index_topology(topology(), None)
+    box = {"s": box, "r": []}
+    box, first, again = engine.apply_correlate(box, idx, raced[-1])
+    assert not again and [d.id for d in first.followups] == [
+        "det:flap/node01/mlx5_0:1/1700002800200/explained"]
+    box = orjson.loads(orjson.dumps(box))  # as the changelog keeps it
+    box, repeated, again = engine.apply_correlate(box, idx, raced[-1])
+    assert again and repeated.followups == first.followups
