@@ -66,7 +66,6 @@ import faust
 from runtime import metrics, taskdump
 from runtime.settings import Settings
 from schemas import (
-    Action,
     ContractError,
     CountersMessage,
     DeadLetter,
@@ -78,6 +77,7 @@ from schemas import (
 from schemas import topics as registry
 from schemas.acceptance import TimeBounds, accept, at_arrival
 from schemas.policy import Policy
+from streams.breaker.logic import accounted
 from streams.engine import Context, Engine
 from streams.fence import MembershipFence, fenced_stream, start_ticker
 from streams.probes.pins import Pins
@@ -577,8 +577,7 @@ class StreamsApp:
         for det in detections:
             data = encode(det)
             await self.detections.send(key=det.key.encode(), value=data)
-            if (det.action == Action.ISOLATE_PORT and det.incident is None
-                    and det.maintenance is None):
+            if accounted(det):
                 su = su_of(det.device)
                 if su is not None:
                     await self.breaker.send(key=su.encode(), value=data)

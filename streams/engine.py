@@ -158,7 +158,10 @@ class Engine:
                 event, self.cabling.get(event.fabric))
             self.learn_cabling(event.fabric, self.cabling[event.fabric])
         if isinstance(event, PortEvent | Maintenance | ActionRecord):
-            out += self.correlate(event)
+            for item in self.correlate(event):
+                out.append(item)
+                if isinstance(item, Detection) and breaker.withdraws(item):
+                    self.feed_breaker(item)  # an explained flap's request withdrawn
         elif isinstance(event, Counters | Probe | Topology | CounterDowns | SmEvent):
             out += self.correlate(incidents.Tick(f"tick/{event.id}", event.fabric, event.ts))
         for det in self.detect(event):

@@ -7,7 +7,8 @@ from the streams so that ``breaker_open`` is a detection operators see and the l
   ``done`` (or ``dry_run`` in shadow mode, or ``skipped``: found isolated already, which the
   runbook's budget counts too) until one with ``step == "return"`` (or ``unisolate``) and
   outcome ``done``/``dry_run``.
-* A detection whose action is ``isolate_port`` for a port not yet counted is a *request*.
+* A detection whose action is ``isolate_port`` for a port not yet counted is a *request*;
+  the correlator's ``<id>/explained`` of it withdraws it (``withdraws``).
   The SU's budget is ``max(1, floor(maxIsolatedPortsPerSU * ports in the SU))``. A request
   that would take the SU past it fires ``breaker_open`` for that port, once per breaker
   episode of the port; the SU's breaker episode ends when its isolated count falls below
@@ -98,6 +99,12 @@ def step(state: dict[str, Any] | None, event: Detection | ActionRecord, policy: 
             st["pending"].pop(key, None)
         _maybe_close(st, limit)
         return st, []
+    if withdraws(event):
+        # the request it names was an incident's: its runbook stands down (an isolation it
+        # made comes back as an unisolate record)
+        st["pending"].pop(key, None)
+        _maybe_close(st, limit)
+        return st, []
     if event.action != Action.ISOLATE_PORT or event.detection == DetectionKind.BREAKER_OPEN:
         return st, []
     if key in st["isolated"] or key in st["pending"]:
@@ -118,6 +125,19 @@ def step(state: dict[str, Any] | None, event: Detection | ActionRecord, policy: 
         evidence={"su": su, "isolated": sorted(st["isolated"]), "pending": sorted(st["pending"]),
                   "budget": limit, "ports_in_su": ports_in_su,
                   "requested_by": event.episode, "requested_kind": event.detection.value})]
+
+
+def withdraws(det: Detection) -> bool:
+    """The correlator's ``<id>/explained``: the request of the detection it names is
+    withdrawn (that detection was an incident's, read before the incident opened)."""
+    return det.incident is not None and isinstance(det.evidence.get("explains"), str)
+
+
+def accounted(det: Detection) -> bool:
+    """What the breaker reads: an isolation request that belongs to no incident or
+    maintenance window, or the withdrawal of one."""
+    return (det.action == Action.ISOLATE_PORT and det.incident is None
+            and det.maintenance is None) or withdraws(det)
 
 
 def _maybe_close(st: dict[str, Any], limit: int) -> None:

@@ -334,8 +334,9 @@ def _port_event(st: dict[str, Any], idx: dict[str, Any], ev: PortEvent, policy: 
         burst = _burst(st["recent"].setdefault(f"{kind}:{root}", {}), link, ends, ev.ts,
                        spread, horizon)
         if _enough(kind, root, len(burst), idx, policy):
-            inc = _open(st, idx, kind, root, burst, ev, su_of, out)
-            _join_read_earlier(st, inc, st["recent"].pop(f"{kind}:{root}"), burst, ev, out)
+            recent = st["recent"].pop(f"{kind}:{root}")
+            inc = _open(st, idx, kind, root, burst, ev, su_of, out, _newest(recent))
+            _join_read_earlier(st, inc, recent, burst, ev, out)
     if ev.source in SM_SOURCES and not covered:
         _sm_down(st, idx, link, ends, ev, policy, su_of, out, horizon)
     # what can no longer join anything, even arriving late
@@ -411,7 +412,7 @@ def _sm_down(st: dict[str, Any], idx: dict[str, Any], link: str, ends: list[str]
             devices[device] = devices.get(device, 0) + 1
     if len(devices) < cfg.sm_min_devices or max(devices.values()) * 2 > len(burst):
         return  # few devices, or one device holds most of it: a switch's own incident
-    inc = _open(st, idx, "sm", ev.source, burst, ev, su_of, out)
+    inc = _open(st, idx, "sm", ev.source, burst, ev, su_of, out, _newest(st["sm_recent"]))
     # (a down another incident explains stays its: in time it would not have joined)
     _join_read_earlier(st, inc, _unexplained(st, st["sm_recent"], policy), burst, ev, out)
     st["sm_recent"] = {}
@@ -492,6 +493,11 @@ def _down_times(entry: list[Any]) -> list[int]:
     return list(entry[0]) if isinstance(entry[0], list) else [int(entry[0])]
 
 
+def _newest(recent: dict[str, Any]) -> dict[str, int]:
+    """Each link's newest remembered down."""
+    return {lid: max(_down_times(entry)) for lid, entry in recent.items()}
+
+
 def _burst(recent: dict[str, Any], link: str, ends: list[str], ts: int, spread: int,
            horizon: int) -> dict[str, Any]:
     """Note ``link``'s down at ``ts`` in ``recent`` (link -> [its down times, ends]), forget
@@ -557,8 +563,10 @@ def _enough(kind: str, root: str, downs: int, idx: dict[str, Any], policy: Polic
 
 def _open(st: dict[str, Any], idx: dict[str, Any], kind: str, root: str,
           recent: dict[str, Any], ev: PortEvent, su_of: Callable[[str], str | None],
-          out: Outputs) -> dict[str, Any] | None:
-    """Open the incident of ``recent`` (the burst's links); None when it was closed before."""
+          out: Outputs, newest: dict[str, int]) -> dict[str, Any] | None:
+    """Open the incident of ``recent`` (the burst's links: their downs in its span); each
+    link's state is from its ``newest`` down (one that went down again after an up is
+    down); None when it was closed before."""
     started = min(ts for ts, _ in recent.values())
     cause = {"switch": IncidentCause.SWITCH_REBOOT, "host": IncidentCause.NODE_REBOOT,
              "sm": IncidentCause.SM_EVENT}[kind]
@@ -573,7 +581,7 @@ def _open(st: dict[str, Any], idx: dict[str, Any], kind: str, root: str,
         evidence.update(looks_like=cause.value, window=window)
         cause = IncidentCause.MAINTENANCE
     members = sorted({key for _, ends in recent.values() for key in ends})
-    links = {lid: _link_state(st, lid, ts) for lid, (ts, _) in recent.items()}
+    links = {lid: _link_state(st, lid, newest.get(lid, ts)) for lid, (ts, _) in recent.items()}
     inc = {"incident": f"inc/{cause.value}/{root}/{started}", "cause": cause.value,
            "root": root, "fabric": ev.fabric, "su": su_of(root), "started": started,
            "last_change": max([ev.ts, *(t for _, t in links.values())]), "links": links,
@@ -600,7 +608,7 @@ def _join_read_earlier(st: dict[str, Any], inc: dict[str, Any] | None,
         later = [t for t in _down_times(recent[lid]) if t > last]
         if lid in burst or lid in inc["links"] or not later:
             continue
-        inc["links"][lid] = _link_state(st, lid, later[0])
+        inc["links"][lid] = _link_state(st, lid, later[-1])  # its state: from its newest
         inc["last_change"] = max(inc["last_change"], inc["links"][lid][1])
         _grow(st, inc, recent[lid][1], ev, out)
 
@@ -773,8 +781,9 @@ def _keep_if_racing(st: dict[str, Any], det: Detection, policy: Policy) -> None:
         return
     cfg = policy.fabric_health
     until = max(downs) + round((cfg.incidents.spread + cfg.stream.allowed_lateness) * 1000)
-    racing = st.setdefault("racing", {})
-    racing.setdefault(det.key, []).append([until, det.to_wire()])
+    kept = st.setdefault("racing", {}).setdefault(det.key, [])
+    if all(entry[1]["id"] != det.id for entry in kept):  # (a redelivery: kept already)
+        kept.append([until, det.to_wire()])
 
 
 def _explain_raced(st: dict[str, Any], inc: dict[str, Any], keys: list[str],

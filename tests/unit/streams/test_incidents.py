@@ -830,3 +830,55 @@ def test_a_redelivered_down_repeats_the_flap_it_explained() -> None:
     box = orjson.loads(orjson.dumps(box))  # as the changelog keeps it
     box, repeated, again = engine.apply_correlate(box, idx, raced[-1])
     assert again and repeated.followups == first.followups
+
+
+def test_a_link_down_again_after_its_up_is_down_when_the_incident_opens_read_late() -> None:
+    """spine-1 reboots (four links down within 0.6 s); link 1 comes up at 1 s and goes down
+    again at 2 s, where it stays until 1000 s, then bounces while it settles. Read with the
+    other three reports late (after link 1's second down), the link was taken as back (its
+    first down's state), the incident closed at 100 s, and its settling bounces flapped."""
+    reboot = [down(f"leaf-su01-r{i}", 33, (i - 1) * 200) for i in range(1, 5)]
+    bounce = [down("leaf-su01-r1", 33, 1000, "up"), down("leaf-su01-r1", 33, 2000)]
+    back = [down(f"leaf-su01-r{i}", 33, 100 * S + i * 100, "up") for i in range(2, 5)]
+    settle = [down("leaf-su01-r1", 33, 1000 * S, "up")] + [
+        e for t in (1010, 1020, 1030)
+        for e in (down("leaf-su01-r1", 33, t * S), down("leaf-su01-r1", 33, (t + 2) * S, "up"))]
+
+    def outcome(order: list[PortEvent]) -> tuple[list[tuple[str, int | None]], list[str]]:
+        engine = Engine(Policy())
+        engine.feed_all(topology())
+        out: list[object] = []
+        for ev in [*order, *ticks(1100 * S, 1400 * S)]:
+            out += engine.feed_all(ev)
+        return ([(i.state, i.ended) for i in out if isinstance(i, Incident)
+                 and i.state == "closed"],
+                sorted(d.key for d in out if isinstance(d, Detection) and d.incident is None
+                       and d.action == Action.ISOLATE_PORT))
+
+    in_time = outcome(sorted([*reboot, *bounce, *back, *settle], key=lambda e: e.ts))
+    assert in_time == ([("closed", BASE + 1032 * S)], [])
+    assert outcome([reboot[0], *bounce, *reboot[1:], *back, *settle]) == in_time
+
+
+def test_an_explained_flap_withdraws_its_request_from_the_breaker_and_is_explained_once() -> None:
+    """The raced flap of a node's rail, explained by the node's reboot, no longer holds its
+    SU's budget (a real flap ten minutes on gets no breaker_open); its redelivery keeps it
+    once, so the explanation is published once."""
+    raced = [down("leaf-su01-r1", 1, -100 * S), down("leaf-su01-r1", 1, -98 * S, "up"),
+             down("leaf-su01-r1", 1, -50 * S), down("leaf-su01-r1", 1, -48 * S, "up"),
+             down("leaf-su01-r1", 1, 0), down("leaf-su01-r2", 1, 100),
+             down("leaf-su01-r3", 1, 200), down("leaf-su01-r4", 1, 300)]
+    back = [down(f"leaf-su01-r{r + 1}", 1, 30 * S + r * 100, "up") for r in range(4)]
+    real = flap("leaf-su01-r5", 33, 600 * S)  # another port of su01, its own flap
+    engine = Engine(Policy())
+    engine.feed_all(topology())
+    out: list[object] = []
+    for ev in [*raced[:5]]:
+        out += engine.feed_all(ev)
+    (first,) = [d for d in out if isinstance(d, Detection)]
+    engine.correlate(first)  # redelivered: kept once
+    for ev in [*raced[5:], *back, *real, *ticks(700 * S, 800 * S)]:
+        out += engine.feed_all(ev)
+    dets = [d for d in out if isinstance(d, Detection)]
+    assert [d.id for d in dets if d.id.endswith("/explained")] == [f"{first.id}/explained"]
+    assert [d.detection.value for d in dets if d.incident is None] == ["flap", "flap"]
