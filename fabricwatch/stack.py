@@ -28,7 +28,6 @@ import fcntl
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -60,6 +59,7 @@ from fabricwatch.stack_config import (
 from runtime.procgroups import die_with_parent as _die_with_parent
 from runtime.procgroups import group_members as _group_members
 from runtime.procgroups import proc_stat as _proc_stat
+from runtime.procgroups import stop_group
 from runtime.settings import Settings
 
 SERVICES: tuple[str, ...] = ("kafka", "temporal")
@@ -638,20 +638,9 @@ class LocalStack:
         if not leader_ours and not (record is not None and members):
             path.unlink(missing_ok=True)
             return False
-
-        def gone() -> bool:
-            if proc is not None:
-                proc.poll()  # reap, or the zombie would count as alive
-            return not _group_members(pgid)
-
-        for sig, wait in ((signal.SIGTERM, _STOP_GRACE_S), (signal.SIGKILL, _KILL_WAIT_S)):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pgid, sig)
-            end = time.monotonic() + wait
-            while time.monotonic() < end and not gone():
-                time.sleep(0.05)
-            if gone():
-                break
+        # (a leader that ended and was reaped, with no member left, is not signalled: its
+        # number may be another process's by now)
+        stop_group(pgid, proc, grace_s=_STOP_GRACE_S, kill_wait_s=_KILL_WAIT_S)
         if proc is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=1)
