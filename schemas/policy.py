@@ -459,7 +459,9 @@ class Incidents(_Section):
     ``spread`` of each other, whatever the peers report. A node reboot: ``node_share`` of a
     host's rails (at least ``node_min_rails``) down within ``spread``. An incident closes
     once every member link is back and has stayed up for ``settle``, or ``max_open`` after
-    its last change whatever is still down (those links are then judged on their own). An
+    its last change whatever is still down (those links are then judged on their own), and
+    at most ``max_open`` after it started (a member that keeps bouncing is a change each
+    time: its own flapping is judged from then). An
     SM event: downs the subnet manager itself reported (source opensm or UFM) on at least
     ``sm_min_links`` links of at least ``sm_min_devices`` devices within ``spread``, no one
     device on more than half of them (a heavy sweep or a failover, not one switch). A

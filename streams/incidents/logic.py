@@ -57,11 +57,13 @@ read later) is kept for ``spread`` plus the lateness; when the incident opens or
 its port and, without the incident's downs, it is no flap, it is published again under the
 incident (``<id>/explained``, evidence ``explains``), so its runbook stands down. It closes
 once every member link is up and has stayed up for ``settle`` (or ``max_open`` after its
-last change, whatever is still down); from then on a link that goes on misbehaving is
-judged on its own, without the incident's downs. A closed incident covers ``settle`` past
-its end (the excuse it sends, a member's down or detection read after the close): what a
-member did then, read before the close, would have been the incident's, so read late
-(a poller's counters, a restart) it is too.
+last change, whatever is still down; and at most ``max_open`` after it started, or a member
+bouncing every minute would keep its own flapping excused for ever); from then on a link
+that goes on misbehaving is judged on its own, without the incident's downs. A closed
+incident covers ``settle`` past its end (the excuse it sends, a member's down or detection
+read after the close): what a member did then, read before the close, would have been the
+incident's, so read late (a poller's counters, a restart) it is too. The excuse it sends at
+the close leaves out its causes (the ports that forced an SM's sweeps), as the open did.
 
 Self-inflicted downs: an ``isolate`` action record (``done``) excuses both ends of the cable
 from ``self_grace`` before it until ``self_grace`` after the ``unisolate``/``return`` record
@@ -681,7 +683,9 @@ def _advance(st: dict[str, Any], ts: int, fabric: str, policy: Policy, out: Outp
             continue
         all_up = not any(down for down, _ in inc["links"].values())
         quiet = now - inc["last_change"]
-        if (all_up and quiet >= settle) or quiet >= max_open:
+        # ...and at most max_open after it started: a member that keeps bouncing is a
+        # change each time, and would otherwise keep its own flapping excused for ever
+        if (all_up and quiet >= settle) or quiet >= max_open or now - inc["started"] >= max_open:
             inc["ended"] = max(inc["started"], inc["last_change"])
             still = sorted(lid for lid, (down, _) in inc["links"].items() if down)
             if still:
@@ -692,7 +696,9 @@ def _advance(st: dict[str, Any], ts: int, fabric: str, policy: Policy, out: Outp
             # from then, had it arrived before the close, would have been the incident's
             # (a change, or a member's detection while open); read late it is too.
             covers = inc["ended"] + settle
-            out.excuses += _excuses(inc, inc["members"], now, end=covers)
+            causes = set(_causes(inc))
+            out.excuses += _excuses(inc, [k for k in inc["members"] if k not in causes], now,
+                                    end=covers)
             st["closed"][iid] = {"root": inc["root"], "started": inc["started"],
                                  "ended": inc["ended"], "covers": covers,
                                  "members": inc["members"], "causes": _causes(inc)}

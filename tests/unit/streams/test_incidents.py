@@ -882,3 +882,19 @@ def test_an_explained_flap_withdraws_its_request_from_the_breaker_and_is_explain
     dets = [d for d in out if isinstance(d, Detection)]
     assert [d.id for d in dets if d.id.endswith("/explained")] == [f"{first.id}/explained"]
     assert [d.detection.value for d in dets if d.incident is None] == ["flap", "flap"]
+
+
+def test_a_member_that_keeps_bouncing_is_not_excused_for_ever() -> None:
+    """spine-1 reboots, and one of its links then bounces every minute for two hours. Each
+    bounce is a change, so the incident never settled, and its excuse kept the link's own
+    flapping from ever counting. It is open at most ``maxOpen`` (1 h) after it started;
+    after that the link is judged on its own, and it flaps."""
+    bouncing = [e for k in range(120) for e in (
+        down("leaf-su01-r3", 33, (200 + 60 * k) * S),
+        down("leaf-su01-r3", 33, (202 + 60 * k) * S, "up"))]
+    dets, incs, _ = run([topology(), *spine_reboot(0), *bouncing])
+    closed = [i for i in incs if i.state == "closed"]
+    assert [(i.root, i.ts - BASE <= 3600 * S + 60 * S) for i in closed] == [("spine-1", True)]
+    flaps = [d for d in dets if d.detection.value == "flap" and d.incident is None]
+    assert {d.key for d in flaps} == {"leaf-su01-r3:33"}
+    assert all(d.ts > closed[0].ts for d in flaps)
