@@ -60,6 +60,7 @@ from schemas.acceptance import TimeBounds, accept
 from schemas.events import Action, Detection, DetectionKind, Severity, Topology
 from schemas.policy import Policy
 from schemas.topics import DETECTIONS, TOPOLOGY, Topic
+from streams.incidents.logic import explains
 from workflows.adapters.base import RecordSink, Ticketing
 from workflows.inventory import Inventory
 from workflows.remediation.models import (
@@ -218,7 +219,7 @@ class Dispatcher:
             self.stats.held += 1
             log.info("detection %s on %s: no port runbook (incident %s, maintenance %s)",
                      det.id, det.key, det.incident, det.maintenance)
-            if det.incident is not None and isinstance(det.evidence.get("explains"), str):
+            if explains(det) is not None:
                 await self.explain(det)
             return False
         if not await self.may_act(det):
@@ -251,7 +252,7 @@ class Dispatcher:
                                        window_s=0)
         if not running:
             return
-        note = Explained(detection=str(det.evidence["explains"]), incident=str(det.incident),
+        note = Explained(detection=str(explains(det)), incident=str(det.incident),
                          episode=det.episode)
         await self.client.get_workflow_handle(wf_id).signal(PortRemediation.explained, note)
         self.stats.explained += 1

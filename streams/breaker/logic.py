@@ -38,6 +38,7 @@ from typing import Any
 from schemas import Action, ActionRecord, Detection, DetectionKind
 from schemas.policy import Policy
 from streams.common import episode_id, make_detection
+from streams.incidents.logic import explains
 
 _SU = re.compile(r"(?:^|[-_./])(su\d+)(?:$|[-_./])", re.IGNORECASE)
 DEFAULT_PORTS_PER_SU = 256
@@ -130,7 +131,7 @@ def step(state: dict[str, Any] | None, event: Detection | ActionRecord, policy: 
 def withdraws(det: Detection) -> bool:
     """The correlator's ``<id>/explained``: the request of the detection it names is
     withdrawn (that detection was an incident's, read before the incident opened)."""
-    return det.incident is not None and isinstance(det.evidence.get("explains"), str)
+    return explains(det) is not None
 
 
 def accounted(det: Detection) -> bool:

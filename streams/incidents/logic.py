@@ -809,11 +809,21 @@ def _explain_raced(st: dict[str, Any], inc: dict[str, Any], keys: list[str],
             if key in _causes(inc) or not raced_its_excuse(st, under):
                 continue
             kept.remove(entry)
-            out.followups.append(det.model_copy(update={
-                "id": f"{det.id}/explained", "incident": inc["incident"],
-                "evidence": {**det.evidence, "explains": det.id}}))
+            out.followups.append(explained(det, inc["incident"]))
         if not kept:
             racing.pop(key, None)
+
+
+def explained(det: Detection, incident: str) -> Detection:
+    """``det`` published again under ``incident``, which takes its downs."""
+    return det.model_copy(update={"id": f"{det.id}/explained", "incident": incident,
+                                  "evidence": {**det.evidence, "explains": det.id}})
+
+
+def explains(det: Detection) -> str | None:
+    """The id of the detection ``det`` explains, when it is such a copy (``explained``)."""
+    target = det.evidence.get("explains")
+    return target if det.incident is not None and isinstance(target, str) else None
 
 
 def _forget_racing(st: dict[str, Any], now: int) -> None:

@@ -150,21 +150,26 @@ def new_state() -> StaleState:
     return {"clock": None, "checked": None, "fabric": "", "n": 0, "w": {}, "s": {}}
 
 
-def _low_held_in_wall_time(state: StaleState, lanes: dict[str, list[int]], n: int,
-                           idle_after: int, held: Collection[str], wall_ms: int) -> int:
-    """The clock's candidate: the lowest mark of the lanes still delivering, where a lane
-    idle by count still delivers until it has been so for ``IDLE_WALL_MS`` of wall time.
+def _clock_low(state: StaleState, lanes: dict[str, list[int]], n: int, idle_after: int,
+               held: Collection[str], wall_ms: int | None) -> int:
+    """The clock's candidate: the lowest mark of the lanes still delivering. A lane that
+    carried nothing while the others carried ``idle_after`` stream reports is idle (unless
+    the consumer ``held`` it); with a wall clock (a live worker) it still delivers until it
+    has been so for ``IDLE_WALL_MS`` of wall time.
 
     Counts cannot tell a partition whose devices went silent from one whose records are not
     written yet: collectors flushing their buffers after a broker outage, or one producer's
     burst, fill one partition before another, and the other's devices would be stale for
     the few seconds until theirs land, then end (a false pair). When each lane first looked
     idle is wall time, not event time: kept beside the state (``iw``), never persisted."""
-    quiet: dict[str, int] = state.setdefault("iw", {})
+    quiet: dict[str, int] | None = None if wall_ms is None else state.setdefault("iw", {})
     low: int | None = None
     for name, mark in lanes.items():
         if n - mark[1] <= idle_after or name in held:
-            quiet.pop(name, None)
+            if quiet is not None:
+                quiet.pop(name, None)
+        elif quiet is None or wall_ms is None:
+            continue
         else:
             since = quiet.setdefault(name, wall_ms)
             if since > wall_ms:  # the wall clock went back: count from now
@@ -218,11 +223,7 @@ class StaleDetector:
             mark[0] = max(mark[0], event.ts)
             mark[1] = n
         idle_after = IDLE_ROUNDS * max(1, len(state["s"]))
-        if wall_ms is None:
-            low = min(m[0] for name, m in lanes.items()
-                      if n - m[1] <= idle_after or name in held)
-        else:
-            low = _low_held_in_wall_time(state, lanes, n, idle_after, held, wall_ms)
+        low = _clock_low(state, lanes, n, idle_after, held, wall_ms)
         clock = state["clock"]
         if clock is None or low > clock:
             state["clock"] = clock = low

@@ -18,6 +18,7 @@ from wf_helpers import FileFabric, TicketServer
 
 from schemas.events import Action, Detection, DetectionKind, Severity, Topology, TopologyLink
 from schemas.policy import Policy
+from streams.incidents.logic import explained
 from workflows.budget.models import GrantRequest, fabric_budget_id, su_budget_id
 from workflows.budget.workflows import IsolationBudget
 from workflows.dispatch import Dispatcher
@@ -593,15 +594,13 @@ async def test_a_flap_the_correlator_explains_stands_its_runbook_down(
     disp = dispatcher(client, fabric, task_queue)
     flap = detection(fabric, HOST, episode="flap/node0002/mlx5_1:1/1")
     incident = f"inc/node_reboot/node0002/{flap.ts}"
-    explained = flap.model_copy(update={
-        "id": f"{flap.id}/explained", "incident": incident,
-        "evidence": {**flap.evidence, "explains": flap.id}})
+    copy = explained(flap, incident)  # what the correlator publishes
     async with running_worker(client, task_queue, fab, ticket_server):
         assert await disp.handle(flap)
         h = await wait_started(client, cable_id(fabric))
         await until(h, lambda s: s.waiting_for == "clean-and-reseat")
         assert await budgets(client, fabric) == (1, 1)
-        assert not await disp.handle(explained)  # held (it carries the incident) ...
+        assert not await disp.handle(copy)  # held (it carries the incident) ...
         assert disp.stats.explained == 1  # ... and delivered to the runbook
         result = await asyncio.wait_for(h.result(), 60)
         assert await budgets(client, fabric) == (0, 0)
@@ -611,7 +610,7 @@ async def test_a_flap_the_correlator_explains_stands_its_runbook_down(
     assert [c["key"] for c in fab.calls("isolate")] == ["leaf-su01-r1:3"]
     assert [c["key"] for c in fab.calls("unisolate")] == ["leaf-su01-r1:3"]
     # the explained copy read again: no runbook runs, nothing is told
-    assert not await disp.handle(explained)
+    assert not await disp.handle(copy)
     assert disp.stats.explained == 1
 
 
@@ -625,15 +624,13 @@ async def test_a_runbook_with_a_detection_of_its_own_is_not_stood_down(
     disp = dispatcher(client, fabric, task_queue)
     flap = detection(fabric, HOST, episode="flap/node0002/mlx5_1:1/1")
     other = detection(fabric, LEAF, episode="ber/leaf-su01-r1:3/1")
-    explained = flap.model_copy(update={
-        "id": f"{flap.id}/explained", "incident": "inc/node_reboot/node0002/1",
-        "evidence": {**flap.evidence, "explains": flap.id}})
+    copy = explained(flap, "inc/node_reboot/node0002/1")
     async with running_worker(client, task_queue, fab, ticket_server):
         assert await disp.handle(flap)
         h = await wait_started(client, cable_id(fabric))
         assert await disp.handle(other)  # the switch end's own detection joins
         await until(h, lambda s: s.waiting_for == "clean-and-reseat" and len(s.detections) == 2)
-        assert not await disp.handle(explained)
+        assert not await disp.handle(copy)
         assert disp.stats.explained == 1
         await asyncio.sleep(2)
         st = await h.query(PortRemediation.status)
